@@ -1,0 +1,62 @@
+// MPI lifetime and communicators. MpiSession initialises MPI once (and
+// finalises it once); Communicator owns a duplicate of MPI_COMM_WORLD with a
+// hand-written move that nulls the source. SYNCOPT_CHECK_MPI evaluates its
+// call once and throws InternalError naming the call, file, line, rank, host.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+namespace syncopt::comm {
+
+[[noreturn]] void throw_mpi_error(int rc, const char* stmt, const char* file, int line);
+
+#define SYNCOPT_CHECK_MPI(call)                                              \
+  do {                                                                       \
+    const int syncopt_mpi_rc_ = (call);                                      \
+    if (syncopt_mpi_rc_ != MPI_SUCCESS)                                      \
+      ::syncopt::comm::throw_mpi_error(syncopt_mpi_rc_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  int rank() const { return m_rank; }
+  int size() const { return m_size; }
+  const std::string& host() const { return m_host; }
+
+ private:
+  int m_rank = 0;
+  int m_size = 1;
+  std::string m_host;
+};
+
+// This process's rank and host, usable in error messages before or after
+// MPI is up (rank -1 when MPI is not initialised).
+int world_rank_or_minus_one();
+std::string host_name();
+
+class Communicator {
+ public:
+  Communicator();  // MPI_Comm_dup(MPI_COMM_WORLD)
+  explicit Communicator(MPI_Comm parent);
+  ~Communicator();
+  Communicator(Communicator&& other) noexcept;
+  Communicator& operator=(Communicator&& other) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  MPI_Comm get() const { return m_comm; }
+  int rank() const;
+  int size() const;
+
+ private:
+  MPI_Comm m_comm = MPI_COMM_NULL;
+};
+
+}  // namespace syncopt::comm

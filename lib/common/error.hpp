@@ -1,0 +1,59 @@
+// Typed errors of the core library. lib/ never exits: it throws one of these,
+// and apps/syncopt/main.cpp catches once, prints one root-cause block and ends
+// every rank with the error's exit code (<sysexits.h> numbering).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace syncopt {
+
+enum class ExitCode : int {
+  kOk = 0,
+  kUsage = 64,        // bad command line
+  kDataFormat = 65,   // input data present but malformed
+  kNoInput = 66,      // input file missing or unreadable
+  kInternal = 70,     // a bug or a library failure
+  kCantCreate = 73,   // output exists / cannot be created
+  kIoError = 74,      // write failed
+  kPreempted = 75,    // interrupted, may be resumed
+  kConfig = 78,       // bad configuration
+};
+
+// Base of every error syncopt throws on purpose. what() is the full,
+// user-facing message: it names the file/key/rank and says what to do.
+class Error : public std::runtime_error {
+ public:
+  Error(ExitCode code, const std::string& message) : std::runtime_error(message), m_code(code) {}
+  ExitCode code() const noexcept { return m_code; }
+
+ private:
+  ExitCode m_code;
+};
+
+class UsageError : public Error {
+ public:
+  explicit UsageError(const std::string& m) : Error(ExitCode::kUsage, m) {}
+};
+class DataError : public Error {
+ public:
+  explicit DataError(const std::string& m) : Error(ExitCode::kDataFormat, m) {}
+};
+class MissingInputError : public Error {
+ public:
+  explicit MissingInputError(const std::string& m) : Error(ExitCode::kNoInput, m) {}
+};
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& m) : Error(ExitCode::kInternal, m) {}
+};
+class OutputError : public Error {
+ public:
+  OutputError(ExitCode code, const std::string& m) : Error(code, m) {}
+};
+class ConfigError : public Error {
+ public:
+  explicit ConfigError(const std::string& m) : Error(ExitCode::kConfig, m) {}
+};
+
+}  // namespace syncopt

@@ -1,0 +1,151 @@
+// The experiment configuration: plain structs with defaults (DESIGN.md §8),
+// loaded from a TOML file plus `--set section.key=value` overrides.
+// validate() is a pure function of the config so every rank agrees on it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace syncopt::config {
+
+struct RunConfig {
+  std::string name = "run";
+  std::string dir = "runs";
+  std::uint64_t seed = 1;
+  bool resume = false;
+  bool overwrite = false;         // replace an existing runs/<name>/ (never by default)
+  std::int64_t progress_every_steps = 50;  // progress line period when stdout is not a TTY
+
+  bool operator==(const RunConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string name = "fashion-mnist";  // fashion-mnist | idx | cifar10 | synthetic
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  bool augment = false;
+  double augment_max_rotate_deg = 10.0;  // uniform in [-max, max]
+  double augment_max_zoom = 0.1;         // scale uniform in [1-z, 1+z]
+  std::int64_t limit_train = 0;          // 0 = all
+  std::int64_t limit_test = 0;           // 0 = all
+  std::int64_t synthetic_train = 2048;   // synthetic: examples
+  std::int64_t synthetic_test = 512;
+
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::string name = "cnn";  // cnn | mlp | logreg
+  bool weight_norm = true;
+  std::int64_t mlp_hidden = 128;
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct OptimConfig {
+  std::string name = "sgd";  // sgd | rmsprop
+  double lr = 0.05;
+  double momentum = 0.9;
+  double rms_decay = 0.9;
+  double eps = 1e-8;
+  std::string schedule = "constant";  // constant | exponential | linear_anneal | warmup_constant | warmup_linear_anneal | warmup_exponential
+  double decay_rate = 0.94;           // exponential: lr *= decay_rate every decay_epochs
+  double decay_epochs = 2.0;
+  double anneal_epochs = 0.0;         // linear_anneal: over the last E epochs (0 = the whole run)
+  double warmup_epochs = 0.0;         // warmup_*: linear ramp from 0 over this many epochs
+  bool scale_lr_by_n = false;
+  double ema = 0.9999;                // 0 disables the EMA
+  double weight_decay = 0.0;
+
+  bool operator==(const OptimConfig&) const = default;
+};
+
+struct TrainConfig {
+  std::string mode = "local";  // local | sync | async | softsync | ssp | timeout | allreduce
+  std::int64_t batch = 32;     // per worker
+  std::int64_t steps = 0;      // updates; 0 = use epochs
+  double epochs = 1.0;         // epochs of accepted examples
+  std::int64_t backups = 1;    // b; N = workers - b
+  std::int64_t softsync_c = 1;
+  std::int64_t ssp_bound = 3;
+  double timeout_ms = 100.0;
+
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct ClusterConfig {
+  std::int64_t ps = 1;
+  bool evaluator = false;
+
+  bool operator==(const ClusterConfig&) const = default;
+};
+
+struct StragglerConfig {
+  std::string model = "none";  // none | bernoulli | exponential | lognormal | pareto | fixed | trace
+  std::vector<std::int64_t> workers;
+  double prob = 0.0;
+  double factor = 1.0;
+  double mean_ms = 0.0;
+  double sigma = 1.0;
+  double alpha = 2.0;
+  std::string trace;
+  std::uint64_t seed = 0;
+
+  bool operator==(const StragglerConfig&) const = default;
+};
+
+struct EvalConfig {
+  std::int64_t every_steps = 0;
+  double every_s = 0.0;
+  std::int64_t batch = 1000;
+
+  bool operator==(const EvalConfig&) const = default;
+};
+
+struct ComputeConfig {
+  std::string backend = "cpu";  // cpu | cuda
+  std::int64_t threads = 1;
+
+  bool operator==(const ComputeConfig&) const = default;
+};
+
+struct Config {
+  RunConfig run;
+  DataConfig data;
+  ModelConfig model;
+  OptimConfig optim;
+  TrainConfig train;
+  ClusterConfig cluster;
+  StragglerConfig stragglers;
+  EvalConfig eval;
+  ComputeConfig compute;
+
+  // Field-by-field equality: the to_toml() round trip is tested with it.
+  bool operator==(const Config&) const = default;
+};
+
+// Load `path` (TOML), then apply each "section.key=value" override in order.
+// Every problem found (missing file, TOML syntax, unknown key, duplicate key,
+// wrong type, out-of-range value, bad override) is collected; if there is any,
+// one ConfigError (exit 78) carrying all of them is thrown, each naming the
+// key and, for file problems, the file and line. A missing file is also 78:
+// the config is the job's description, not its input data.
+Config load(const std::string& path, const std::vector<std::string>& overrides);
+
+// Parse from TOML text (for tests). `origin` names the source in messages.
+Config parse(const std::string& toml_text, const std::string& origin,
+             const std::vector<std::string>& overrides);
+
+// Every semantic problem of a fully built config, one message each
+// ("train.batch = 0: must be >= 1"). Empty when valid. Pure.
+std::vector<std::string> validate(const Config& cfg);
+
+// The resolved config as TOML text, every key written, so that
+// `syncopt train runs/<name>/config.toml` repeats the run.
+std::string to_toml(const Config& cfg);
+
+// A reference of every section and key: type, default, allowed values and
+// meaning. Printed by `syncopt train --help` and kept in configs/README.md.
+std::string key_reference();
+
+}  // namespace syncopt::config

@@ -1,0 +1,116 @@
+// In-memory image classification data sets and their loaders.
+// Images are float32, NCHW, scaled to [0, 1] then standardised with the
+// training set's per-channel mean/std; labels are int32 in [0, classes).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace syncopt::data {
+
+// Where the Debian package dataset-fashion-mnist installs the data set.
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+struct Dataset {
+  std::string name;
+  std::int64_t count = 0;
+  int channels = 0, height = 0, width = 0;
+  int classes = 0;
+  std::vector<float> images;         // count * channels * height * width
+  std::vector<std::int32_t> labels;  // count
+
+  std::int64_t image_size() const { return std::int64_t{channels} * height * width; }
+  const float* image(std::int64_t i) const { return images.data() + i * image_size(); }
+};
+
+struct TrainTest {
+  Dataset train;
+  Dataset test;
+};
+
+// Readers. Each throws MissingInputError (exit 66) when a file is missing or
+// unreadable and DataError (exit 65) when it is malformed, with a one-line
+// message: the path, what was expected and what was found. Header sizes are
+// bounded before anything is allocated.
+
+// One pair of MNIST-format IDX files (images idx3 ubyte, labels idx1 ubyte),
+// gzip-compressed or plain (detected from the content, not the name).
+// `limit` > 0 keeps the first `limit` examples (the whole files are still
+// checked); labels must lie in [0, classes).
+Dataset read_idx(const std::string& images_path, const std::string& labels_path,
+                 std::int64_t limit = 0, int classes = 10);
+
+// CIFAR-10 binary batches (each record: 1 label byte + 3072 image bytes).
+Dataset read_cifar10(const std::vector<std::string>& batch_paths, std::int64_t limit = 0);
+
+// Deterministic synthetic classification data: `classes` random prototype
+// images of shape c x h x w plus seeded noise; learnable by every model.
+// The prototypes depend only on the shape and `classes`, not on `seed`, so
+// sets made with different seeds (train, test) are draws of the same task.
+// Pixels are multiples of 1/255 in [0, 1] (not standardised); the same seed
+// gives the same bytes on every machine and standard library.
+Dataset make_synthetic(std::int64_t count, int channels, int height, int width, int classes,
+                       std::uint64_t seed);
+
+// Data set by name as in the config: "fashion-mnist" and "idx" read
+// {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] under `path`; "cifar10"
+// reads data_batch_{1..5}.bin and test_batch.bin under `path`; "synthetic"
+// makes train/test sets from `seed`. Normalises both with the train statistics.
+struct LoadOptions {
+  std::string name = "fashion-mnist";
+  std::string path;
+  std::int64_t limit_train = 0;
+  std::int64_t limit_test = 0;
+  std::int64_t synthetic_train = 2048;
+  std::int64_t synthetic_test = 512;
+  std::uint64_t seed = 1;
+};
+TrainTest load(const LoadOptions& opt);
+
+// Subtract the per-channel mean and divide by the std of `stats_from`
+// (the training set) in both sets.
+void standardize(Dataset& train, Dataset& test);
+
+// Random small rotations and zooms (the paper's appendix), applied to one
+// image in place (bilinear sampling about the image centre; pixels that fall
+// outside are filled with the minimum of that image channel, the background
+// of a standardised image). Draws the angle then the scale from `rng`, also
+// when both ranges are zero. `scratch` is resized.
+struct AugmentOptions {
+  double max_rotate_deg = 10.0;
+  double max_zoom = 0.1;
+};
+void augment_image(float* image, int channels, int height, int width, const AugmentOptions& opt,
+                   std::mt19937_64& rng, std::vector<float>& scratch);
+
+// A seeded per-epoch permutation of [0, count), sharded across `shards`
+// readers: reader `shard` sees positions shard, shard + shards, ... of the
+// epoch's permutation. Epoch e of seed s is the same on every rank.
+// Needs count >= shards >= 1 and 0 <= shard < shards (else ConfigError).
+class EpochSampler {
+ public:
+  EpochSampler(std::int64_t count, std::uint64_t seed, int shard = 0, int shards = 1);
+  // Fill `indices` with the next `batch` example indices, starting the next
+  // epoch (new permutation) when the current one is exhausted.
+  void next_batch(std::int64_t batch, std::vector<std::int64_t>& indices);
+  std::int64_t epoch() const { return m_epoch; }
+
+ private:
+  void reshuffle();
+  std::int64_t m_count;
+  std::uint64_t m_seed;
+  int m_shard, m_shards;
+  std::int64_t m_epoch = 0;
+  std::vector<std::int64_t> m_perm;  // this reader's part of the epoch's permutation
+  std::size_t m_pos = 0;
+};
+
+// Portable random draws: same values on every machine and standard library
+// (the std:: distributions are implementation-defined).
+double uniform01(std::mt19937_64& rng);                              // [0, 1), 53 bits
+std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n);  // [0, n), unbiased; n >= 1
+std::uint64_t mix_seed(std::uint64_t a, std::uint64_t b);            // splitmix64 of a pair
+
+}  // namespace syncopt::data
