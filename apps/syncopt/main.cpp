@@ -4,18 +4,25 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "comm/mpi.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "config/config.hpp"
+#include "metrics/analysis.hpp"
+#include "nn/backend.hpp"
+#include "train/distributed.hpp"
 #include "train/local.hpp"
+#include "train/roles.hpp"
 
 namespace {
 
@@ -32,38 +39,104 @@ struct TrainArgs {
   bool verbose = false;
 };
 
+// Image shape the data set will have, for --dry-run (which loads nothing).
+syncopt::nn::ModelSpec dry_run_spec(const syncopt::config::Config& cfg) {
+  syncopt::nn::ModelSpec spec;
+  spec.name = cfg.model.name;
+  spec.weight_norm = cfg.model.weight_norm;
+  spec.mlp_hidden = static_cast<int>(cfg.model.mlp_hidden);
+  if (cfg.data.name == "cifar10") {
+    spec.channels = 3;
+    spec.height = spec.width = 32;
+  }
+  return spec;
+}
+
 int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
   using namespace syncopt;
   const config::Config cfg = config::load(args.config_path, args.overrides);
   const int world = mpi.size();
-  const std::string role = world == 1 ? "local" : "rank";
-  setup_logging(mpi.rank(), role, args.verbose, args.quiet);
+  const bool local = world == 1;
+  if (!local && cfg.train.mode == "local") {
+    throw ConfigError("train.mode = \"local\" runs on one rank, but this job has " +
+                      std::to_string(world) +
+                      " ranks: set train.mode to sync, async, softsync, ssp, timeout or "
+                      "allreduce, or run without mpirun");
+  }
+  const train::Roles roles = train::make_roles(cfg, world);
+  setup_logging(mpi.rank(), local ? "local" : roles.role_name(mpi.rank()), args.verbose,
+                args.quiet);
   if (args.dry_run) {
+    const auto layout = nn::param_layout(dry_run_spec(cfg));
+    // Every rank reports its host, so the table shows where each role runs.
+    std::vector<char> hosts(static_cast<std::size_t>(world) * 64, 0);
+    std::vector<char> mine(64, 0);
+    mpi.host().copy(mine.data(), 63);
+    MPI_Gather(mine.data(), 64, MPI_CHAR, hosts.data(), 64, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (mpi.rank() == 0) {
       std::printf("# resolved config (%s)\n%s\n", args.config_path.c_str(),
                   config::to_toml(cfg).c_str());
-      std::printf("# layout: world of %d rank(s)\n", world);
-      std::printf("rank 0: local trainer (train.mode = \"%s\" runs single-process here)\n",
-                  cfg.train.mode.c_str());
+      if (local) {
+        std::printf("# layout: world of 1 rank\nrank 0: local trainer (train.mode = \"%s\" "
+                    "runs single-process in a world of one rank) on %s\n",
+                    cfg.train.mode.c_str(), mpi.host().c_str());
+      } else {
+        std::string table = train::describe(roles, layout.count);
+        std::printf("%s", table.c_str());
+        std::printf("# hosts:");
+        for (int r = 0; r < world; ++r) std::printf(" r%d=%s", r, hosts.data() + 64 * r);
+        std::printf("\n");
+      }
     }
     return 0;
   }
-  if (world > 1) {
-    throw ConfigError("train.mode = \"" + cfg.train.mode + "\" with " + std::to_string(world) +
-                      " ranks: distributed modes are not available in this build yet; run "
-                      "without mpirun (one rank trains locally)");
+  if (local) {
+    if (cfg.train.mode != "local") {
+      spdlog::info("world of one rank: train.mode = \"{}\" runs as local training (start it "
+                   "with mpirun -np K for the distributed mode)",
+                   cfg.train.mode);
+    }
+    const train::LocalResult r = train::run_local(cfg, args.quiet);
+    std::printf("\nsummary: %lld steps, %lld examples in %.1fs (%.0f examples/s training)\n",
+                static_cast<long long>(r.steps), static_cast<long long>(r.examples), r.wall_s,
+                r.examples_per_s);
+    std::printf("         test accuracy %.2f%% (EMA %.2f%%), test loss %.4f\n",
+                100.0 * r.final_eval.accuracy, 100.0 * r.final_eval_ema.accuracy,
+                r.final_eval.loss);
+    std::printf("         run directory: %s\n", r.run_dir.string().c_str());
+    return 0;
   }
-  if (cfg.train.mode != "local") {
-    spdlog::info("world of one rank: train.mode = \"{}\" runs as local training", cfg.train.mode);
+  const train::DistributedResult r = train::run_distributed(cfg, args.quiet);
+  if (mpi.rank() == 0) {
+    std::printf("\n%s", r.report.c_str());
+    std::printf("run directory: %s  (syncopt report %s; python3 scripts/plot.py %s)\n",
+                r.run_dir.string().c_str(), r.run_dir.string().c_str(),
+                r.run_dir.string().c_str());
   }
-  const train::LocalResult r = train::run_local(cfg, args.quiet);
-  std::printf("\nsummary: %lld steps, %lld examples in %.1fs (%.0f examples/s training)\n",
-              static_cast<long long>(r.steps), static_cast<long long>(r.examples), r.wall_s,
-              r.examples_per_s);
-  std::printf("         test accuracy %.2f%% (EMA %.2f%%), test loss %.4f\n",
-              100.0 * r.final_eval.accuracy, 100.0 * r.final_eval_ema.accuracy,
-              r.final_eval.loss);
-  std::printf("         run directory: %s\n", r.run_dir.string().c_str());
+  return 0;
+}
+
+int run_report(const std::string& dir) {
+  using namespace syncopt;
+  const std::filesystem::path run(dir);
+  if (!std::filesystem::exists(run / "summary.json")) {
+    throw MissingInputError("'" + (run / "summary.json").string() +
+                            "' not found: give the directory of a finished run (runs/<name>)");
+  }
+  std::ifstream in(run / "summary.json");
+  nlohmann::json summary;
+  try {
+    in >> summary;
+  } catch (const std::exception& e) {
+    throw DataError((run / "summary.json").string() + ": not JSON (" + e.what() + ")");
+  }
+  const auto steps = metrics::read_jsonl(run / "steps.jsonl");
+  const auto evals = std::filesystem::exists(run / "eval.jsonl")
+                         ? metrics::read_jsonl(run / "eval.jsonl")
+                         : std::vector<nlohmann::json>{};
+  const auto info = metrics::run_info_from_summary(summary);
+  const auto an = metrics::analyze(steps, info);
+  std::printf("run %s\n%s", dir.c_str(), metrics::format_report(an, evals).c_str());
   return 0;
 }
 
@@ -97,6 +170,12 @@ int main(int argc, char** argv) {
   train->footer("Config keys (TOML sections; every key has a default):\n" +
                 config::key_reference() + "\n" + kExitCodes);
 
+  std::string report_dir;
+  auto* report = app.add_subcommand(
+      "report", "Print what a finished run's records say: steps/s, step-time percentiles, time "
+                "to the k-th gradient, drops per worker, staleness, accuracy of theta and EMA.");
+  report->add_option("run_dir", report_dir, "A run directory, e.g. runs/fmnist-sync")->required();
+
   // MPI first: every mode runs under mpirun and the logger carries the rank.
   int code = 0;
   comm::MpiSession mpi(&argc, &argv);
@@ -114,6 +193,15 @@ int main(int argc, char** argv) {
       return static_cast<int>(ExitCode::kUsage);
     }
     if (train->parsed()) code = run_train(targs, mpi);
+    if (report->parsed() && mpi.rank() == 0) code = run_report(report_dir);
+  } catch (const AgreedError& e) {
+    // Every rank knows of this error and ends cleanly; only the rank(s)
+    // where it happened say why.
+    code = static_cast<int>(e.code());
+    if (e.reporter()) {
+      std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(),
+                   mpi.host().c_str(), e.what());
+    }
   } catch (const Error& e) {
     code = static_cast<int>(e.code());
     // Config errors are a pure function of the input, so every rank sees the

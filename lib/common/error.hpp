@@ -57,3 +57,20 @@ class ConfigError : public Error {
 };
 
 }  // namespace syncopt
+
+namespace syncopt {
+
+// An error every rank has agreed on through a collective, so no rank needs
+// to abort the job: the rank where it happened (reporter) prints the cause,
+// the others only exit with the same code.
+class AgreedError : public Error {
+ public:
+  AgreedError(ExitCode code, const std::string& m, bool reporter)
+      : Error(code, m), m_reporter(reporter) {}
+  bool reporter() const noexcept { return m_reporter; }
+
+ private:
+  bool m_reporter;
+};
+
+}  // namespace syncopt

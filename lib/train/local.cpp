@@ -4,13 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "data/batch.hpp"
 #include "metrics/records.hpp"
 #include "optim/optimizer.hpp"
 
@@ -137,14 +137,8 @@ LocalResult run_local(const config::Config& cfg, bool quiet) {
                sched.total_epochs);
 
   // 3. Train.
-  data::EpochSampler sampler(data.train.count, cfg.run.seed);
-  const std::int64_t image_size = data.train.image_size();
-  std::vector<float> images(static_cast<std::size_t>(batch * image_size));
-  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
-  std::vector<std::int64_t> indices;
-  std::vector<float> scratch;
-  std::mt19937_64 aug_rng(cfg.run.seed ^ 0x9e3779b97f4a7c15ULL);
-  const data::AugmentOptions aug{cfg.data.augment_max_rotate_deg, cfg.data.augment_max_zoom};
+  data::BatchLoader loader(data.train, batch, cfg.run.seed, 0, 1, cfg.data.augment,
+                          {cfg.data.augment_max_rotate_deg, cfg.data.augment_max_zoom});
 
   metrics::Progress progress(total_steps, cfg.run.progress_every_steps, quiet);
   std::vector<double> step_times;
@@ -184,20 +178,10 @@ LocalResult run_local(const config::Config& cfg, bool quiet) {
   for (std::int64_t step = 1; step <= total_steps; ++step) {
     const auto t_start = Clock::now();
     const double t_start_s = seconds_since(t_run);
-    sampler.next_batch(batch, indices);
-    for (int i = 0; i < batch; ++i) {
-      const auto idx = indices[static_cast<std::size_t>(i)];
-      float* dst = images.data() + i * image_size;
-      std::copy_n(data.train.image(idx), image_size, dst);
-      if (cfg.data.augment) {
-        data::augment_image(dst, data.train.channels, data.train.height, data.train.width, aug,
-                            aug_rng, scratch);
-      }
-      labels[static_cast<std::size_t>(i)] = data.train.labels[static_cast<std::size_t>(idx)];
-    }
+    loader.next();
     const double epoch = static_cast<double>(examples) / train_count;
     const auto lr = static_cast<float>(optim::learning_rate(sched, epoch));
-    const float loss = net->train_step(params.data(), images.data(), labels.data(), batch,
+    const float loss = net->train_step(params.data(), loader.images(), loader.labels(), batch,
                                        grad.data());
     if (!std::isfinite(loss)) {
       throw Error(ExitCode::kInternal,

@@ -1,0 +1,64 @@
+// Header validation for the wire protocol (see protocol.hpp).
+#include "comm/protocol.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace syncopt::comm {
+
+const char* kind_name(std::uint16_t kind) {
+  switch (static_cast<Kind>(kind)) {
+    case Kind::kGrad: return "GRAD";
+    case Kind::kPull: return "PULL";
+    case Kind::kParams: return "PARAMS";
+    case Kind::kStop: return "STOP";
+    case Kind::kEvalPull: return "EVAL_PULL";
+    case Kind::kCtrl: return "CTRL";
+  }
+  return "unknown";
+}
+
+std::string check_header(const MsgHeader& h, const Expect& e) {
+  char buf[256];
+  const std::string from = "message from rank " + std::to_string(e.source_rank) + ": ";
+  if (e.received_bytes < static_cast<int>(sizeof(MsgHeader))) {
+    return from + "only " + std::to_string(e.received_bytes) + " bytes, shorter than the " +
+           std::to_string(sizeof(MsgHeader)) + "-byte header";
+  }
+  if (h.magic != kMagic) {
+    std::snprintf(buf, sizeof(buf), "bad magic 0x%08x (expected 0x%08x): not a syncopt message",
+                  h.magic, kMagic);
+    return from + buf;
+  }
+  if (h.proto_version != kProtoVersion) {
+    return from + "protocol version " + std::to_string(h.proto_version) + ", this binary speaks " +
+           std::to_string(kProtoVersion) + ": run the same syncopt build on every rank";
+  }
+  const auto kind = static_cast<Kind>(h.kind);
+  if (std::string(kind_name(h.kind)) == "unknown") {
+    return from + "unknown message kind " + std::to_string(h.kind);
+  }
+  if (std::find(e.kinds.begin(), e.kinds.end(), kind) == e.kinds.end()) {
+    return from + "unexpected message kind " + kind_name(h.kind) + " here";
+  }
+  if (h.sender != e.source_rank) {
+    return from + "header claims sender rank " + std::to_string(h.sender);
+  }
+  if (h.shard != e.shard) {
+    return from + "header is for shard " + std::to_string(h.shard) + ", received by shard " +
+           std::to_string(e.shard);
+  }
+  const bool carries = kind == Kind::kGrad || kind == Kind::kParams;
+  const std::size_t want = carries ? e.grad_count : 0;
+  if (h.count != want) {
+    return from + kind_name(h.kind) + " carries " + std::to_string(h.count) +
+           " floats, expected " + std::to_string(want);
+  }
+  if (e.received_bytes != Message::wire_bytes(h.count)) {
+    return from + "received " + std::to_string(e.received_bytes) + " bytes, header says " +
+           std::to_string(Message::wire_bytes(h.count));
+  }
+  return {};
+}
+
+}  // namespace syncopt::comm

@@ -1,0 +1,86 @@
+// The wire protocol between workers, parameter-server shards and the
+// evaluator (DESIGN.md §4): every message is one fixed header followed by
+// `count` floats, sent as bytes in a single nonblocking MPI message. Every
+// received header is validated before its payload is used.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace syncopt::comm {
+
+inline constexpr std::uint32_t kMagic = 0x53594E43u;  // "SYNC"
+inline constexpr std::uint16_t kProtoVersion = 1;
+inline constexpr std::uint64_t kAnyVersion = ~std::uint64_t{0};
+
+enum class Kind : std::uint16_t {
+  kGrad = 1,      // worker -> shard: gradient slice; also asks for newer parameters
+  kPull = 2,      // worker -> shard: parameters newer than param_version, please
+  kParams = 3,    // shard -> worker/evaluator: parameter slice (evaluator: theta then EMA)
+  kStop = 4,      // shard -> worker/evaluator: training has ended
+  kEvalPull = 5,  // evaluator -> shard: theta and EMA at version >= param_version
+  kCtrl = 6,      // worker/evaluator -> shard: done, no more messages from me
+};
+
+const char* kind_name(std::uint16_t kind);
+
+// Message tags on the data communicator.
+inline constexpr int kTagToShard = 11;
+inline constexpr int kTagToWorker = 12;
+inline constexpr int kTagToEvaluator = 13;
+
+struct MsgHeader {
+  std::uint32_t magic = kMagic;
+  std::uint16_t kind = 0;
+  std::uint16_t proto_version = kProtoVersion;
+  std::uint32_t sender = 0;         // world rank of the sender
+  std::uint32_t shard = 0;          // shard index this message concerns
+  std::uint64_t param_version = 0;  // version read (GRAD), wanted (PULL), held (PARAMS)
+  std::uint64_t step_seq = 0;       // sender's own step counter
+  std::uint32_t count = 0;          // floats of payload
+  float loss = 0.0f;                // GRAD: the worker's mini-batch loss
+  std::uint64_t examples = 0;       // PARAMS to evaluator: accepted examples so far
+  double compute_s = 0.0;           // GRAD: the worker's compute time for this gradient
+};
+static_assert(sizeof(MsgHeader) == 56, "MsgHeader is part of the wire format");
+
+inline constexpr std::size_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);
+
+// A message buffer: header and payload contiguous, sized for `capacity` floats.
+class Message {
+ public:
+  explicit Message(std::size_t capacity = 0) : m_storage(kHeaderFloats + capacity) {}
+  MsgHeader& header() { return *reinterpret_cast<MsgHeader*>(m_storage.data()); }
+  const MsgHeader& header() const { return *reinterpret_cast<const MsgHeader*>(m_storage.data()); }
+  float* payload() { return m_storage.data() + kHeaderFloats; }
+  const float* payload() const { return m_storage.data() + kHeaderFloats; }
+  std::size_t capacity() const { return m_storage.size() - kHeaderFloats; }
+  void* data() { return m_storage.data(); }
+  // Bytes on the wire for a payload of `count` floats.
+  static int wire_bytes(std::size_t count) {
+    return static_cast<int>((kHeaderFloats + count) * sizeof(float));
+  }
+  int max_bytes() const { return static_cast<int>(m_storage.size() * sizeof(float)); }
+
+ private:
+  std::vector<float> m_storage;
+};
+
+// What a receiver expects of a message.
+struct Expect {
+  std::uint32_t source_rank = 0;       // the MPI source the message came from
+  std::vector<Kind> kinds;             // allowed kinds
+  std::uint32_t shard = 0;             // expected shard index
+  std::size_t grad_count = 0;          // floats a GRAD/PARAMS must carry
+  int received_bytes = 0;              // MPI_Get_count in bytes
+};
+
+// Empty when the header is valid; otherwise one line naming the sender rank
+// and what is wrong (bad magic, protocol version, unknown or unexpected kind,
+// sender field not the MPI source, wrong shard, count not matching the slice
+// or the bytes received).
+std::string check_header(const MsgHeader& h, const Expect& e);
+
+}  // namespace syncopt::comm

@@ -1,0 +1,29 @@
+// Mini-batch assembly (see batch.hpp).
+#include "data/batch.hpp"
+
+#include <algorithm>
+
+namespace syncopt::data {
+
+BatchLoader::BatchLoader(const Dataset& data, int batch, std::uint64_t seed, int shard, int shards,
+                         bool augment, const AugmentOptions& aug)
+    : m_data(data), m_batch(batch), m_sampler(data.count, seed, shard, shards), m_augment(augment),
+      m_aug(aug), m_rng(seed ^ (0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(shard + 1))),
+      m_images(static_cast<std::size_t>(batch * data.image_size())),
+      m_labels(static_cast<std::size_t>(batch)) {}
+
+void BatchLoader::next() {
+  m_sampler.next_batch(m_batch, m_indices);
+  const std::int64_t size = m_data.image_size();
+  for (int i = 0; i < m_batch; ++i) {
+    const auto idx = m_indices[static_cast<std::size_t>(i)];
+    float* dst = m_images.data() + i * size;
+    std::copy_n(m_data.image(idx), size, dst);
+    if (m_augment) {
+      augment_image(dst, m_data.channels, m_data.height, m_data.width, m_aug, m_rng, m_scratch);
+    }
+    m_labels[static_cast<std::size_t>(i)] = m_data.labels[static_cast<std::size_t>(idx)];
+  }
+}
+
+}  // namespace syncopt::data

@@ -1,0 +1,42 @@
+// What a run's records say (DESIGN.md §7): step-time percentiles, the time
+// to collect the k-th of K gradients (the paper's Figure 3 in numbers), drops
+// per worker, staleness, cross-shard disagreement. Used for summary.json at
+// the end of a run and by `syncopt report RUN_DIR` afterwards.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace syncopt::metrics {
+
+struct RunInfo {
+  std::string mode;
+  int n = 1, b = 0, shards = 0, workers = 1;
+  std::int64_t batch = 0;
+  double wall_s = 0.0;
+  std::uint64_t examples = 0;
+  double epochs = 0.0;
+  double test_loss = 0.0, test_acc = 0.0, test_loss_ema = 0.0, test_acc_ema = 0.0;
+};
+
+struct RunAnalysis {
+  nlohmann::json summary;  // the summary.json object
+};
+
+// Reads a JSON Lines file; DataError naming the file and line on a bad line,
+// MissingInputError when absent.
+std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
+
+RunAnalysis analyze(const std::vector<nlohmann::json>& steps, const RunInfo& info);
+
+// RunInfo back from a summary.json written by analyze() or the local trainer.
+RunInfo run_info_from_summary(const nlohmann::json& summary);
+
+// The human-readable report (what `syncopt report` prints).
+std::string format_report(const RunAnalysis& an, const std::vector<nlohmann::json>& evals);
+
+}  // namespace syncopt::metrics

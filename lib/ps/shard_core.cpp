@@ -1,0 +1,127 @@
+// Shard decision logic (see shard_core.hpp).
+#include "ps/shard_core.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+
+namespace syncopt::ps {
+
+Mode parse_mode(const std::string& mode) {
+  if (mode == "sync") return Mode::kSync;
+  if (mode == "timeout") return Mode::kTimeout;
+  if (mode == "async") return Mode::kAsync;
+  if (mode == "ssp") return Mode::kSsp;
+  if (mode == "softsync") return Mode::kSoftsync;
+  throw ConfigError("train.mode = \"" + mode + "\" has no parameter server");
+}
+
+ShardCore::ShardCore(Mode mode, int workers, int n, std::size_t count, double timeout_s)
+    : m_mode(mode), m_workers(workers), m_n(n), m_count(count), m_timeout_s(timeout_s),
+      m_drops(static_cast<std::size_t>(workers), 0) {
+  if (mode == Mode::kSync || mode == Mode::kTimeout) {
+    m_slots.assign(static_cast<std::size_t>(workers), std::vector<float>(count));
+    m_contributed.assign(static_cast<std::size_t>(workers), 0);
+  } else {
+    m_sum.assign(count, 0.0f);
+  }
+}
+
+void ShardCore::record(int worker, std::uint64_t version, bool accepted, std::int64_t staleness,
+                       double compute_s, float loss, double now, std::uint64_t seq) {
+  GradRecord g;
+  g.worker = worker;
+  g.arrival_s = now - m_step_start;
+  g.version = version;
+  g.accepted = accepted;
+  g.staleness = staleness;
+  g.compute_s = compute_s;
+  g.loss = loss;
+  g.seq = seq;
+  m_current.grads.push_back(g);
+  if (!accepted) ++m_drops[static_cast<std::size_t>(worker)];
+}
+
+bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, float loss,
+                        double compute_s, double now, std::uint64_t seq) {
+  const auto w = static_cast<std::size_t>(worker);
+  const auto staleness = static_cast<std::int64_t>(m_version) - static_cast<std::int64_t>(version);
+  if (m_mode == Mode::kSync || m_mode == Mode::kTimeout) {
+    // Fresh, first from this worker in this step, and among the first N.
+    const bool accept = version == m_version && !m_contributed[w] && m_used < m_n;
+    record(worker, version, accept, staleness, compute_s, loss, now, seq);
+    if (!accept) return false;
+    std::copy(grad, grad + m_count, m_slots[w].begin());
+    m_contributed[w] = 1;
+    if (m_used == 0) m_first_accept = now;
+    ++m_used;
+    m_loss_sum += loss;
+    return true;
+  }
+  // async, ssp, softsync: every gradient counts, whatever its version.
+  record(worker, version, true, staleness, compute_s, loss, now, seq);
+  for (std::size_t i = 0; i < m_count; ++i) m_sum[i] += grad[i];
+  ++m_used;
+  m_loss_sum += loss;
+  return true;
+}
+
+bool ShardCore::ready(double now) const {
+  switch (m_mode) {
+    case Mode::kSync: return m_used == m_n;
+    case Mode::kTimeout:
+      return m_used == m_n || (m_used >= 1 && now - m_first_accept >= m_timeout_s);
+    case Mode::kSoftsync: return m_used >= m_n;
+    case Mode::kAsync:
+    case Mode::kSsp: return m_used >= 1;
+  }
+  return false;
+}
+
+double ShardCore::time_to_deadline(double now) const {
+  if (m_mode != Mode::kTimeout || m_used == 0) return -1.0;
+  return std::max(0.0, m_first_accept + m_timeout_s - now);
+}
+
+StepRecord ShardCore::apply(float* mean, double now) {
+  if (m_used == 0) throw InternalError("shard apply() with no gradient");
+  const float inv = 1.0f / static_cast<float>(m_used);
+  if (m_mode == Mode::kSync || m_mode == Mode::kTimeout) {
+    // Sum in worker order: the same N gradients give the same bits whatever
+    // order they arrived in.
+    bool first = true;
+    for (std::size_t w = 0; w < m_slots.size(); ++w) {
+      if (!m_contributed[w]) continue;
+      const float* g = m_slots[w].data();
+      if (first) {
+        std::copy(g, g + m_count, mean);
+        first = false;
+      } else {
+        for (std::size_t i = 0; i < m_count; ++i) mean[i] += g[i];
+      }
+    }
+    for (std::size_t i = 0; i < m_count; ++i) mean[i] *= inv;
+    std::fill(m_contributed.begin(), m_contributed.end(), 0);
+  } else {
+    for (std::size_t i = 0; i < m_count; ++i) {
+      mean[i] = m_sum[i] * inv;
+      m_sum[i] = 0.0f;
+    }
+  }
+  StepRecord out = std::move(m_current);
+  out.step = m_version + 1;
+  out.version = m_version;
+  out.t_start = m_step_start;
+  out.t_apply = now;
+  out.used = m_used;
+  out.loss = static_cast<float>(m_loss_sum / m_used);
+  ++m_version;
+  m_used = 0;
+  m_loss_sum = 0.0;
+  m_first_accept = -1.0;
+  m_step_start = now;
+  m_current = StepRecord{};
+  return out;
+}
+
+}  // namespace syncopt::ps

@@ -1,0 +1,138 @@
+// Role layout and parameter slicing (see roles.hpp).
+#include "train/roles.hpp"
+
+#include <sstream>
+
+#include "common/error.hpp"
+
+namespace syncopt::train {
+
+namespace {
+
+bool uses_ps(const std::string& mode) { return mode != "allreduce" && mode != "local"; }
+
+}  // namespace
+
+Role Roles::role_of(int rank) const {
+  if (rank < shards) return Role::kShard;
+  if (rank == evaluator_rank) return Role::kEvaluator;
+  return Role::kWorker;
+}
+
+std::string Roles::role_name(int rank) const {
+  switch (role_of(rank)) {
+    case Role::kShard: return "ps" + std::to_string(rank);
+    case Role::kEvaluator: return "eval";
+    case Role::kWorker: return "w" + std::to_string(worker_of(rank));
+  }
+  return "?";
+}
+
+std::vector<std::string> check_layout(const config::Config& cfg, int world) {
+  std::vector<std::string> errs;
+  const std::string& mode = cfg.train.mode;
+  if (!uses_ps(mode)) return errs;  // allreduce: every rank is a worker
+  const long ps = cfg.cluster.ps;
+  const long eval = cfg.cluster.evaluator ? 1 : 0;
+  const long workers = world - ps - eval;
+  const std::string need = "cluster.ps = " + std::to_string(ps) + (eval ? " + 1 evaluator" : "");
+  if (workers < 1) {
+    errs.push_back("world of " + std::to_string(world) + " ranks does not fit " + need +
+                   " and at least one worker: run with mpirun -np " +
+                   std::to_string(ps + eval + 1 + cfg.train.backups) + " or more");
+    return errs;
+  }
+  if (mode == "sync" || mode == "timeout") {
+    if (cfg.train.backups >= workers) {
+      errs.push_back("train.backups = " + std::to_string(cfg.train.backups) + " leaves N = " +
+                     std::to_string(workers - cfg.train.backups) + " with " +
+                     std::to_string(workers) + " workers (world " + std::to_string(world) +
+                     " - " + need + "): need backups < workers; lower train.backups or add ranks");
+    }
+  }
+  return errs;
+}
+
+Roles make_roles(const config::Config& cfg, int world) {
+  const auto errs = check_layout(cfg, world);
+  if (!errs.empty()) {
+    std::string msg = "the rank layout does not fit:";
+    for (const auto& e : errs) msg += "\n  " + e;
+    throw ConfigError(msg);
+  }
+  Roles r;
+  r.mode = cfg.train.mode;
+  r.world = world;
+  if (!uses_ps(r.mode)) {
+    r.shards = 0;
+    r.first_worker = 0;
+    r.workers = world;
+    r.n = world;
+    return r;
+  }
+  r.shards = static_cast<int>(cfg.cluster.ps);
+  r.evaluator_rank = cfg.cluster.evaluator ? r.shards : -1;
+  r.first_worker = r.shards + (cfg.cluster.evaluator ? 1 : 0);
+  r.workers = world - r.first_worker;
+  if (r.mode == "sync" || r.mode == "timeout") {
+    r.backups = static_cast<int>(cfg.train.backups);
+    r.n = r.workers - r.backups;
+  } else if (r.mode == "softsync") {
+    r.n = static_cast<int>(cfg.train.softsync_c);
+  } else {
+    r.n = 1;
+  }
+  return r;
+}
+
+std::vector<Slice> shard_slices(std::size_t count, int shards) {
+  std::vector<Slice> out(static_cast<std::size_t>(shards));
+  const std::size_t base = count / static_cast<std::size_t>(shards);
+  const std::size_t extra = count % static_cast<std::size_t>(shards);
+  std::size_t offset = 0;
+  for (std::size_t s = 0; s < out.size(); ++s) {
+    out[s].offset = offset;
+    out[s].count = base + (s < extra ? 1 : 0);
+    offset += out[s].count;
+  }
+  return out;
+}
+
+std::string describe(const Roles& roles, std::size_t param_count) {
+  std::ostringstream os;
+  os << "# layout: mode " << roles.mode << ", world " << roles.world << " ranks";
+  if (roles.shards > 0) {
+    os << ", " << roles.shards << " parameter-server shard(s), "
+       << (roles.evaluator_rank >= 0 ? "1 evaluator, " : "no evaluator, ") << roles.workers
+       << " workers";
+  }
+  if (roles.mode == "sync" || roles.mode == "timeout") {
+    os << " (N = " << roles.n << ", b = " << roles.backups << ")";
+  }
+  os << "\n";
+  const auto slices = roles.shards > 0 ? shard_slices(param_count, roles.shards)
+                                       : std::vector<Slice>{};
+  for (int r = 0; r < roles.world; ++r) {
+    os << "rank " << r << ": ";
+    switch (roles.role_of(r)) {
+      case Role::kShard: {
+        const auto& s = slices[static_cast<std::size_t>(r)];
+        os << "parameter-server shard " << r << ", parameters [" << s.offset << ", "
+           << s.offset + s.count << ") = " << s.count << " floats";
+        if (r == 0) os << "; writes steps.jsonl and summary.json";
+        if (r == 0 && roles.evaluator_rank < 0) os << "; evaluates at the end";
+        break;
+      }
+      case Role::kEvaluator: os << "evaluator (pulls theta and EMA, writes eval.jsonl)"; break;
+      case Role::kWorker:
+        os << "worker " << roles.worker_of(r) << " (data shard " << roles.worker_of(r) << " of "
+           << roles.workers << ")";
+        if (roles.shards == 0 && r == 0) os << "; writes the records";
+        break;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace syncopt::train
