@@ -35,6 +35,20 @@ std::vector<int> test_some(std::vector<MPI_Request>& reqs, std::vector<MPI_Statu
 // Wait for all, polling with back-off.
 void wait_all(std::vector<MPI_Request>& reqs);
 
+// Cancels every still-active request of `reqs` when it goes out of scope,
+// so an error never leaves a receive posted into a buffer that is about to
+// be freed. Declare it after the buffers and the request vector.
+class CancelOnExit {
+ public:
+  explicit CancelOnExit(std::vector<MPI_Request>& reqs) : m_reqs(reqs) {}
+  ~CancelOnExit();
+  CancelOnExit(const CancelOnExit&) = delete;
+  CancelOnExit& operator=(const CancelOnExit&) = delete;
+
+ private:
+  std::vector<MPI_Request>& m_reqs;
+};
+
 // Sleep `seconds` without spinning.
 void sleep_s(double seconds);
 

@@ -75,6 +75,13 @@ void write_file_atomic(const fs::path& path, const std::string& text) {
   }
 }
 
+void write_floats(const fs::path& path, const std::vector<float>& values) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(values.data()),
+            static_cast<std::streamsize>(values.size() * sizeof(float)));
+  if (!out) throw OutputError(ExitCode::kIoError, "cannot write '" + path.string() + "'");
+}
+
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());

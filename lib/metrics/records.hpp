@@ -36,6 +36,9 @@ class JsonlWriter {
 // never sees half a file. OutputError (74) on failure.
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
+// Raw float32 values (little-endian host order), e.g. final parameters.
+void write_floats(const std::filesystem::path& path, const std::vector<float>& values);
+
 // p-th percentile (0..100) by linear interpolation; 0 for an empty vector.
 double percentile(std::vector<double> values, double p);
 

@@ -117,6 +117,7 @@ ShardResult run_shard(const ShardSetup& st) {
                                   &reqs[static_cast<std::size_t>(K)]));
     }
   };
+  comm::CancelOnExit cancel_receives(reqs);
   for (int w = 0; w < K; ++w) post(w);
   if (has_eval) post(K);
 

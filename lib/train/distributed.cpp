@@ -294,12 +294,6 @@ std::string gather_text(const std::string& mine, int rank, int world, MPI_Comm c
   return all;
 }
 
-void write_params(const std::filesystem::path& path, const std::vector<float>& p) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(p.data()), static_cast<std::streamsize>(p.size() * sizeof(float)));
-  if (!out) throw OutputError(ExitCode::kIoError, "cannot write '" + path.string() + "'");
-}
-
 }  // namespace
 
 DistributedResult run_distributed(const config::Config& cfg, bool quiet) {
@@ -482,8 +476,8 @@ DistributedResult run_distributed(const config::Config& cfg, bool quiet) {
     final_eval[1] = raw.accuracy;
     final_eval[2] = avg.loss;
     final_eval[3] = avg.accuracy;
-    write_params(result.run_dir / "params.f32", theta);
-    write_params(result.run_dir / "params_ema.f32", ema);
+    metrics::write_floats(result.run_dir / "params.f32", theta);
+    metrics::write_floats(result.run_dir / "params_ema.f32", ema);
   });
   SYNCOPT_CHECK_MPI(MPI_Bcast(final_eval, 4, MPI_DOUBLE, eval_writer, ctrl));
   const std::string others = gather_text(rank == 0 ? std::string{} : result.report, rank, world, ctrl);

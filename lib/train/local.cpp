@@ -255,6 +255,10 @@ LocalResult run_local(const config::Config& cfg, bool quiet) {
       {"test_acc_ema", result.final_eval_ema.accuracy},
       {"run_dir", result.run_dir.string()}};
   metrics::write_file_atomic(result.run_dir / "summary.json", summary.dump(2) + "\n");
+  // Final parameters, raw float32 in the layout's order (tests compare runs).
+  metrics::write_floats(result.run_dir / "params.f32", params);
+  metrics::write_floats(result.run_dir / "params_ema.f32",
+                        use_ema ? std::vector<float>(ema.data(), ema.data() + ema.count()) : params);
   return result;
 }
 

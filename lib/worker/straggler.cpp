@@ -90,7 +90,7 @@ double StragglerModel::delay_s(int worker, std::uint64_t step, double compute_s)
   if (m_model == "none" || !affects(worker)) return 0.0;
   const auto w = static_cast<std::uint64_t>(worker);
   const double mean_s = m_cfg.mean_ms / 1000.0;
-  if (m_model == "fixed") return (m_cfg.factor - 1.0) * compute_s;
+  if (m_model == "fixed") return (m_cfg.factor - 1.0) * compute_s + mean_s;
   if (m_model == "bernoulli") {
     return hash_uniform(m_cfg.seed, w, step, 0) < m_cfg.prob ? (m_cfg.factor - 1.0) * compute_s
                                                              : 0.0;

@@ -24,7 +24,8 @@ class StragglerModel {
   // Extra seconds worker `worker` waits at its `step` (0-based) after a
   // compute of `compute_s` seconds:
   //   bernoulli:   with probability prob, (factor - 1) * compute_s
-  //   fixed:       (factor - 1) * compute_s, always
+  //   fixed:       (factor - 1) * compute_s + mean_ms, always (a slow worker:
+  //                a multiple of its compute, plus a constant extra delay)
   //   exponential: Exp(mean_ms)
   //   lognormal:   LogNormal with mean mean_ms and shape sigma
   //   pareto:      Pareto with shape alpha and mean mean_ms

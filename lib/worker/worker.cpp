@@ -49,8 +49,8 @@ WorkerResult run_worker(const WorkerSetup& st) {
     for (int s = 0; s < S; ++s) box.emplace_back(st.slices[static_cast<std::size_t>(s)].count);
   }
   for (auto& r : out_reqs) r.assign(static_cast<std::size_t>(S), MPI_REQUEST_NULL);
-  Message pull(0);
   std::vector<MPI_Request> small_sends;
+  comm::CancelOnExit cancel_receives(reply_reqs);
 
   auto post_replies = [&]() {
     for (int s = 0; s < S; ++s) {

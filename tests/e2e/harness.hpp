@@ -4,6 +4,9 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +35,35 @@ inline Result run(const std::string& args) {
   const int status = pclose(pipe);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// `mpirun -np NP syncopt ARGS` with Open MPI's root and oversubscription
+// permissions (they belong to the harness, never to the binary), bounded by
+// `timeout` so that a hang fails the test instead of stalling CI.
+inline Result run_mpi(int np, const std::string& args, int timeout_s = 180) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  const std::string cmd = "timeout -k 10 " + std::to_string(timeout_s) + " mpirun -np " +
+                          std::to_string(np) + " " + std::string(SYNCOPT_EXE) + " " + args +
+                          " 2>&1";
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  std::size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+inline std::vector<float> read_floats(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
 }
 
 // A fresh, empty directory under the system temp dir.

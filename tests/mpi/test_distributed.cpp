@@ -1,0 +1,207 @@
+// Multi-rank behaviour of the distributed modes, run as a user runs them:
+// `mpirun -np K syncopt train ...`, then the run's records are checked.
+// Each mpirun is bounded by a timeout, so a hang fails instead of stalling.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "../e2e/harness.hpp"
+
+using namespace syncopt_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A small deterministic job: logistic regression on synthetic data, one
+// compute thread, no EMA, plain momentum SGD.
+std::string job(const fs::path& dir, const std::string& name, const std::string& extra) {
+  return "train " + src("configs/smoke.toml") + " --quiet --set run.dir=" + dir.string() +
+         " --set run.name=" + name +
+         " --set model.name=logreg --set train.batch=8 --set optim.ema=0 --set optim.lr=0.1 " +
+         extra;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - double(b[i])));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("sync applies exactly N fresh gradients and drops the slow worker's", "[mpi][sync]") {
+  const auto dir = temp_dir("exact");
+  // 1 PS + 4 workers, N = 3, b = 1; worker 3 waits 25 ms after every
+  // gradient, longer than a step of the others (an MLP), so it is always late.
+  const Result r = run_mpi(5, job(dir, "exact",
+                                  "--set train.mode=sync --set train.backups=1 --set "
+                                  "train.steps=60 --set model.name=mlp --set "
+                                  "stragglers.model=fixed --set stragglers.workers=[3] "
+                                  "--set stragglers.mean_ms=25"));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const auto steps = read_jsonl(dir / "exact" / "steps.jsonl");
+  REQUIRE(steps.size() == 60);
+  std::int64_t slow_seen = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const auto& rec = steps[i];
+    CHECK(rec["step"].get<std::uint64_t>() == i + 1);
+    CHECK(rec["version"].get<std::uint64_t>() == i);
+    std::set<int> contributors;
+    int accepted = 0;
+    for (const auto& g : rec["grads"]) {
+      const int w = g["worker"].get<int>();
+      if (w == 3) ++slow_seen;
+      if (!g["accepted"].get<bool>()) continue;
+      ++accepted;
+      CHECK(g["version"] == rec["version"]);  // fresh: computed on this step's version
+      CHECK(contributors.insert(w).second);   // no worker twice in a step
+      CHECK(w != 3);                           // the slow worker is never applied
+    }
+    CHECK(accepted == 3);
+    CHECK(rec["used"].get<int>() == 3);
+  }
+  // Its gradients did reach the shard (so the checks above saw them), and
+  // were counted as drops.
+  CHECK(slow_seen >= 3);
+  const auto summary = nlohmann::json::parse(read_text(dir / "exact" / "summary.json"));
+  CHECK(summary["drops_per_worker"][3].get<std::int64_t>() == slow_seen);
+  CHECK(summary["accepted_per_worker"][3].get<std::int64_t>() == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("sync with b = 0, allreduce and local with batch N*B give the same parameters",
+          "[mpi][equivalence]") {
+  const auto dir = temp_dir("equiv");
+  const std::string common = " --set train.steps=10";
+  const Result sync = run_mpi(4, job(dir, "sync", "--set train.mode=sync --set train.backups=0" + common));
+  INFO(sync.output);
+  REQUIRE(sync.code == 0);
+  const Result ar = run_mpi(3, job(dir, "allreduce", "--set train.mode=allreduce" + common));
+  INFO(ar.output);
+  REQUIRE(ar.code == 0);
+  const Result local = run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" +
+                           dir.string() + " --set run.name=local --set model.name=logreg "
+                           "--set train.batch=24 --set optim.ema=0 --set optim.lr=0.1" + common);
+  INFO(local.output);
+  REQUIRE(local.code == 0);
+  const auto p_sync = read_floats(dir / "sync" / "params.f32");
+  const auto p_ar = read_floats(dir / "allreduce" / "params.f32");
+  const auto p_local = read_floats(dir / "local" / "params.f32");
+  REQUIRE(!p_sync.empty());
+  CHECK(max_abs_diff(p_sync, p_ar) < 1e-5);
+  CHECK(max_abs_diff(p_sync, p_local) < 1e-5);
+  // And training moved them: the comparison is not between initial values.
+  const Result zero = run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" +
+                          dir.string() + " --set run.name=init --set model.name=logreg "
+                          "--set train.batch=24 --set optim.ema=0 --set optim.lr=1e-12 --set train.steps=1");
+  REQUIRE(zero.code == 0);
+  CHECK(max_abs_diff(p_sync, read_floats(dir / "init" / "params.f32")) > 1e-3);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("several shards give the same result as one", "[mpi][shards]") {
+  const auto dir = temp_dir("shards");
+  const std::string common = " --set train.mode=sync --set train.backups=0 --set train.steps=12";
+  const Result one = run_mpi(4, job(dir, "one", "--set cluster.ps=1" + common));
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  const Result three = run_mpi(6, job(dir, "three", "--set cluster.ps=3" + common));
+  INFO(three.output);
+  REQUIRE(three.code == 0);
+  const auto a = read_floats(dir / "one" / "params.f32");
+  const auto b = read_floats(dir / "three" / "params.f32");
+  REQUIRE(!a.empty());
+  // Same N gradients per step, summed in worker order, element-wise optimiser:
+  // bitwise identical.
+  CHECK(max_abs_diff(a, b) == 0.0);
+  // Every shard logged every step.
+  const auto steps = read_jsonl(dir / "three" / "steps.jsonl");
+  std::map<int, int> per_shard;
+  for (const auto& s : steps) ++per_shard[s["shard"].get<int>()];
+  CHECK(per_shard.size() == 3);
+  for (const auto& [shard, n] : per_shard) CHECK(n == 12);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("async staleness matches the shard's version history", "[mpi][async]") {
+  const auto dir = temp_dir("async");
+  const Result r = run_mpi(5, job(dir, "async", "--set train.mode=async --set train.steps=40 "
+                                               "--set stragglers.model=exponential "
+                                               "--set stragglers.mean_ms=3 --set stragglers.seed=5"));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const auto steps = read_jsonl(dir / "async" / "steps.jsonl");
+  REQUIRE(steps.size() == 40);
+  std::map<int, std::uint64_t> last_read;
+  std::int64_t max_staleness = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const auto& rec = steps[i];
+    const auto version = rec["version"].get<std::uint64_t>();
+    CHECK(version == i);                   // one update per gradient, in order
+    REQUIRE(rec["grads"].size() == 1);
+    const auto& g = rec["grads"][0];
+    const auto read = g["version"].get<std::uint64_t>();
+    CHECK(read <= version);
+    CHECK(g["staleness"].get<std::int64_t>() == static_cast<std::int64_t>(version - read));
+    CHECK(g["accepted"].get<bool>());
+    const int w = g["worker"].get<int>();
+    if (last_read.count(w)) CHECK(read > last_read[w]);  // a worker reads ever newer versions
+    last_read[w] = read;
+    max_staleness = std::max<std::int64_t>(max_staleness, g["staleness"].get<std::int64_t>());
+  }
+  CHECK(last_read.size() == 4);
+  const auto summary = nlohmann::json::parse(read_text(dir / "async" / "summary.json"));
+  CHECK(summary["staleness_max"].get<double>() == Approx(max_staleness));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("every mode ends by itself with a slow worker at the last step", "[mpi][shutdown]") {
+  const auto dir = temp_dir("shutdown");
+  const std::vector<std::pair<std::string, std::string>> modes = {
+      {"sync-b1", "--set train.mode=sync --set train.backups=1"},
+      {"sync-b0", "--set train.mode=sync --set train.backups=0"},
+      {"async", "--set train.mode=async"},
+      {"softsync", "--set train.mode=softsync --set train.softsync_c=2"},
+      {"ssp", "--set train.mode=ssp --set train.ssp_bound=1"},
+      {"timeout", "--set train.mode=timeout --set train.timeout_ms=20"},
+      {"allreduce", "--set train.mode=allreduce"},
+      {"sync-2ps-eval", "--set train.mode=sync --set cluster.ps=2 --set cluster.evaluator=true "
+                        "--set eval.every_steps=3"},
+  };
+  for (const auto& [name, args] : modes) {
+    const int np = name == "sync-2ps-eval" ? 7 : 5;
+    const Result r = run_mpi(np, job(dir, name,
+                                     args + " --set train.steps=8 --set stragglers.model=fixed "
+                                            "--set stragglers.workers=[3] --set stragglers.mean_ms=120"),
+                             120);
+    INFO(name << "\n" << r.output);
+    CHECK(r.code == 0);
+    CHECK(fs::exists(dir / name / "summary.json"));
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a layout that does not fit the world is one config error on every rank", "[mpi][layout]") {
+  const auto dir = temp_dir("layout");
+  const Result r = run_mpi(3, job(dir, "bad", "--set train.mode=sync --set train.backups=2"), 60);
+  CHECK(r.code == 78);
+  CHECK(r.output.find("train.backups") != std::string::npos);
+  // Printed once (rank 0), not once per rank.
+  std::size_t count = 0;
+  for (auto pos = r.output.find("the rank layout does not fit"); pos != std::string::npos;
+       pos = r.output.find("the rank layout does not fit", pos + 1)) {
+    ++count;
+  }
+  CHECK(count == 1);
+  const Result dry = run_mpi(7, job(dir, "dry", "--set train.mode=sync --set cluster.evaluator=true --dry-run"), 60);
+  CHECK(dry.code == 0);
+  CHECK(dry.output.find("rank 1: evaluator") != std::string::npos);
+  CHECK(dry.output.find("rank 6: worker 4") != std::string::npos);
+  CHECK(dry.output.find("N = 4, b = 1") != std::string::npos);
+  fs::remove_all(dir);
+}

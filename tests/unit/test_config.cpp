@@ -1,0 +1,384 @@
+// Tests of lib/config: defaults, every class of config error (each naming the
+// key, and the file and line where it came from a file), all problems in one
+// error, override order, the to_toml() round trip and the key reference.
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "config/config.hpp"
+
+namespace cfg = syncopt::config;
+
+namespace {
+
+// A config file in a fresh temp directory, removed at scope exit.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& text) {
+    static int counter = 0;
+    m_dir = std::filesystem::temp_directory_path() /
+            ("syncopt_test_config_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::create_directories(m_dir);
+    m_path = (m_dir / "exp.toml").string();
+    std::ofstream(m_path) << text;
+  }
+  ~TempFile() {
+    std::error_code ec;
+    std::filesystem::remove_all(m_dir, ec);
+  }
+  const std::string& path() const { return m_path; }
+
+ private:
+  std::filesystem::path m_dir;
+  std::string m_path;
+};
+
+// The message of the ConfigError that `fn` throws; fails the test if it throws nothing.
+template <class Fn>
+std::string config_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const syncopt::ConfigError& e) {
+    CHECK(e.code() == syncopt::ExitCode::kConfig);
+    return e.what();
+  }
+  FAIL("no ConfigError was thrown");
+  return {};
+}
+
+std::string load_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  TempFile file(text);
+  return config_error([&] { cfg::load(file.path(), overrides); });
+}
+
+// The problem lines of an error message (the first line is the header).
+std::vector<std::string> problem_lines(const std::string& message) {
+  std::vector<std::string> lines;
+  std::istringstream in(message);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+using Catch::Matchers::Contains;
+
+}  // namespace
+
+TEST_CASE("defaults are valid and an empty file gives them", "[config]") {
+  CHECK(cfg::validate(cfg::Config{}).empty());
+  CHECK(cfg::parse("", "empty.toml", {}) == cfg::Config{});
+  TempFile file("# nothing but a comment\n");
+  CHECK(cfg::load(file.path(), {}) == cfg::Config{});
+}
+
+TEST_CASE("a file sets keys of every type; an integer is accepted for a float", "[config]") {
+  TempFile file(
+      "[run]\nname = \"exp1\"\nseed = 7\nresume = true\n"
+      "[optim]\nlr = 1\nname = \"rmsprop\"\n"
+      "[stragglers]\nmodel = \"fixed\"\nworkers = [0, 3]\nfactor = 2.5\n");
+  const cfg::Config c = cfg::load(file.path(), {});
+  CHECK(c.run.name == "exp1");
+  CHECK(c.run.seed == 7u);
+  CHECK(c.run.resume);
+  CHECK(c.optim.lr == 1.0);
+  CHECK(c.optim.name == "rmsprop");
+  CHECK(c.stragglers.workers == std::vector<std::int64_t>{0, 3});
+  CHECK(c.stragglers.factor == 2.5);
+  CHECK(c.train.batch == cfg::Config{}.train.batch);  // untouched keys keep their default
+}
+
+TEST_CASE("unknown key names file, line and key, with a hint", "[config]") {
+  const std::string msg = load_error("[train]\nbatch = 8\nbach = 16\n");
+  CHECK_THAT(msg, Contains("exp.toml:3:"));
+  CHECK_THAT(msg, Contains("unknown key train.bach"));
+  CHECK_THAT(msg, Contains("did you mean train.batch"));
+}
+
+TEST_CASE("unknown section and a key outside any section are errors", "[config]") {
+  const std::string msg = load_error("lr = 0.1\n[trian]\nbatch = 1\n");
+  CHECK_THAT(msg, Contains("exp.toml:1: key 'lr' is outside any section"));
+  CHECK_THAT(msg, Contains("optim.lr"));
+  CHECK_THAT(msg, Contains("exp.toml:2: unknown section [trian]"));
+  CHECK(problem_lines(msg).size() == 2);
+}
+
+TEST_CASE("duplicate key names the key and both lines; the rest is still checked", "[config]") {
+  const std::string msg =
+      load_error("[train]\nbatch = 8\nmode = \"sync\"\nbatch = 16\nbogus = 1\n");
+  CHECK_THAT(msg, Contains("exp.toml:4: duplicate key train.batch (first set on line 2)"));
+  // Checking went on past the duplicate.
+  CHECK_THAT(msg, Contains("exp.toml:5: unknown key train.bogus"));
+}
+
+TEST_CASE("a repeated section header is reported, and its keys are still checked", "[config]") {
+  const std::string msg =
+      load_error("[train]\nbatch = 8\n[optim]\nlr = 0.1\n[train]\nbatch = 4\nepochs = -1\n");
+  CHECK_THAT(msg, Contains("exp.toml:5: duplicate section [train] (first opened on line 1)"));
+  CHECK_THAT(msg, Contains("exp.toml:6: duplicate key train.batch (first set on line 2)"));
+  // epochs of the repeated [train] is checked as train.epochs, not optim.epochs.
+  CHECK_THAT(msg, Contains("exp.toml:7: train.epochs = -1.0: must be >= 0"));
+}
+
+TEST_CASE("wrong type says expected and found", "[config]") {
+  const std::string msg = load_error("[train]\nbatch = \"abc\"\n[model]\nweight_norm = 1\n");
+  CHECK_THAT(msg, Contains("exp.toml:2: train.batch: expected integer, found string \"abc\""));
+  CHECK_THAT(msg, Contains("exp.toml:4: model.weight_norm: expected boolean, found integer 1"));
+  // A float where an integer is expected is not silently truncated.
+  CHECK_THAT(load_error("[train]\nbatch = 32.5\n"),
+             Contains("train.batch: expected integer, found float 32.5"));
+  CHECK_THAT(load_error("[stragglers]\nworkers = [1, \"x\"]\n"),
+             Contains("exp.toml:2: stragglers.workers: element 1: expected integer"));
+  CHECK_THAT(load_error("[run]\nseed = -3\n"),
+             Contains("exp.toml:2: run.seed: expected integer >= 0"));
+}
+
+TEST_CASE("out-of-range values name key, line and the range", "[config]") {
+  const std::string msg = load_error("[optim]\nmomentum = 1.0\n[train]\nbatch = 0\n");
+  CHECK_THAT(msg, Contains("exp.toml:2: optim.momentum = 1.0: must be in [0, 1)"));
+  CHECK_THAT(msg, Contains("exp.toml:4: train.batch = 0: must be >= 1"));
+}
+
+TEST_CASE("invalid enum string lists the allowed values", "[config]") {
+  const std::string msg = load_error("[train]\nmode = \"asink\"\n");
+  CHECK_THAT(
+      msg,
+      Contains(
+          "exp.toml:2: train.mode = \"asink\": must be one of local | sync | async | softsync | "
+          "ssp | timeout | allreduce"));
+}
+
+TEST_CASE("syntax error names file, line and the key near it", "[config]") {
+  const std::string msg = load_error("[train]\nmode = \"sync\"\nbatch = \n");
+  CHECK_THAT(msg, Contains("exp.toml:3:"));
+  CHECK_THAT(msg, Contains("syntax error near train.batch"));
+}
+
+TEST_CASE("missing file and a directory are config errors naming the path", "[config]") {
+  const std::string missing =
+      (std::filesystem::temp_directory_path() / "syncopt_no_such_dir" / "missing.toml").string();
+  const std::string msg = config_error([&] { cfg::load(missing, {}); });
+  CHECK_THAT(msg, Contains(missing + ": config file not found"));
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  CHECK_THAT(config_error([&] { cfg::load(dir, {}); }), Contains("is a directory"));
+}
+
+TEST_CASE("bad overrides name the override and the key", "[config]") {
+  const auto err = [](const std::vector<std::string>& overrides) {
+    return config_error([&] { cfg::parse("", "x.toml", overrides); });
+  };
+  CHECK_THAT(err({"train.batch=abc"}),
+             Contains("--set train.batch=abc: train.batch: expected integer"));
+  CHECK_THAT(err({"train.batch=2.5"}),
+             Contains("--set train.batch=2.5: train.batch: expected integer, found float"));
+  CHECK_THAT(err({"train.bach=3"}),
+             Contains("--set train.bach=3: unknown key train.bach; did you mean train.batch"));
+  CHECK_THAT(err({"trian.batch=3"}), Contains("--set trian.batch=3: unknown section [trian]"));
+  CHECK_THAT(err({"train.batch"}), Contains("--set train.batch: expected section.key=value"));
+  CHECK_THAT(err({"batch=3"}), Contains("--set batch=3: 'batch' is not section.key"));
+  CHECK_THAT(err({"train.batch=0"}),
+             Contains("--set train.batch=0: train.batch = 0: must be >= 1"));
+  CHECK_THAT(err({"train.mode=asink"}),
+             Contains("--set train.mode=asink: train.mode = \"asink\": must be one of"));
+  // A value that smuggles in a second TOML line is refused.
+  const std::string smuggled = err({"train.batch=1\nsteps = 5"});
+  CHECK_THAT(smuggled, Contains("--set train.batch=1\\nsteps = 5: train.batch: expected integer"));
+  CHECK(problem_lines(smuggled).size() == 1);
+}
+
+TEST_CASE("overrides apply in order and win over the file", "[config]") {
+  TempFile file("[train]\nbatch = 8\nmode = \"sync\"\n[optim]\nlr = 0.1\n");
+  const cfg::Config c =
+      cfg::load(file.path(), {"train.batch=16", "train.mode=async", "train.batch=64", "optim.lr=2",
+                              "stragglers.workers=[1,2]", "run.name=\"quoted\"",
+                              "data.path=/tmp/some data", "optim.scale_lr_by_n=true"});
+  CHECK(c.train.batch == 64);
+  CHECK(c.train.mode == "async");  // bare text for a string key
+  CHECK(c.optim.lr == 2.0);
+  CHECK(c.stragglers.workers == std::vector<std::int64_t>{1, 2});
+  CHECK(c.run.name == "quoted");
+  CHECK(c.data.path == "/tmp/some data");
+  CHECK(c.optim.scale_lr_by_n);
+  // A later valid override repairs an earlier invalid one's value, but the bad one is still
+  // reported.
+  CHECK_THAT(config_error([&] {
+               cfg::load(file.path(), {"train.batch=abc", "train.batch=4"});
+             }),
+             Contains("--set train.batch=abc"));
+}
+
+TEST_CASE("every problem is reported at once, one per line, in one error", "[config]") {
+  const std::string msg = load_error(
+      "[train]\n"
+      "batch = 0\n"         // 2: out of range
+      "mode = \"asink\"\n"  // 3: bad enum
+      "bogus = 1\n"         // 4: unknown key
+      "[optim]\n"
+      "lr = \"fast\"\n"  // 6: wrong type
+      "momentum = 0.5\n"
+      "momentum = 0.6\n"  // 8: duplicate
+      "[stragglers]\n"
+      "model = \"trace\"\n",  // 10: trace needs a path
+      {"eval.batch=x", "compute.threads=0"});
+  const auto lines = problem_lines(msg);
+  REQUIRE(lines.size() == 8);
+  CHECK_THAT(msg, Contains("8 problems"));
+  CHECK_THAT(msg, Contains("exp.toml:2: train.batch = 0"));
+  CHECK_THAT(msg, Contains("exp.toml:3: train.mode = \"asink\""));
+  CHECK_THAT(msg, Contains("exp.toml:4: unknown key train.bogus"));
+  CHECK_THAT(msg, Contains("exp.toml:6: optim.lr: expected float, found string"));
+  CHECK_THAT(msg, Contains("exp.toml:8: duplicate key optim.momentum (first set on line 7)"));
+  CHECK_THAT(msg, Contains("exp.toml:10: stragglers.model = \"trace\": needs stragglers.trace"));
+  CHECK_THAT(msg, Contains("--set eval.batch=x: eval.batch: expected integer"));
+  CHECK_THAT(msg, Contains("--set compute.threads=0: compute.threads = 0: must be >= 1"));
+}
+
+TEST_CASE("validate reports every semantic problem of a config", "[config]") {
+  cfg::Config c;
+  c.train.batch = 0;
+  c.optim.lr = 0.0;
+  c.optim.eps = -1.0;
+  c.optim.ema = 1.0;
+  c.train.steps = 0;
+  c.train.epochs = 0.0;
+  c.stragglers.prob = 1.5;
+  c.stragglers.factor = 0.5;
+  c.stragglers.alpha = 1.0;
+  c.stragglers.sigma = 0.0;
+  c.stragglers.workers = {2, -1, 2};
+  c.run.name = "../escape";
+  c.data.augment_max_zoom = 1.0;
+  c.model.name = "resnet";
+  c.compute.backend = "tpu";
+  c.optim.momentum = std::numeric_limits<double>::quiet_NaN();
+  c.stragglers.seed = std::numeric_limits<std::uint64_t>::max();
+  const auto problems = cfg::validate(c);
+  const auto has = [&](const std::string& text) {
+    return std::any_of(problems.begin(), problems.end(),
+                       [&](const std::string& p) { return p.find(text) != std::string::npos; });
+  };
+  CHECK(has("train.batch = 0: must be >= 1"));
+  CHECK(has("optim.lr = 0.0: must be > 0"));
+  CHECK(has("optim.eps = -1.0: must be > 0"));
+  CHECK(has("optim.ema = 1.0: must be in [0, 1)"));
+  CHECK(has("train.epochs = 0.0: must be > 0 when train.steps = 0"));
+  CHECK(has("stragglers.prob = 1.5: must be in [0, 1]"));
+  CHECK(has("stragglers.factor = 0.5: must be >= 1"));
+  CHECK(has("stragglers.alpha = 1.0: must be > 1"));
+  CHECK(has("stragglers.sigma = 0.0: must be > 0"));
+  CHECK(has("stragglers.workers = [2, -1, 2]: element 1 must be >= 0"));
+  CHECK(has("element 2 repeats worker 2"));
+  CHECK(has("run.name = \"../escape\": must be a plain"));
+  CHECK(has("data.augment_max_zoom = 1.0: must be in [0, 1)"));
+  CHECK(has("model.name = \"resnet\": must be one of cnn | mlp | logreg"));
+  CHECK(has("compute.backend = \"tpu\": must be one of cpu | cuda"));
+  CHECK(has("optim.momentum = nan: must be a finite number"));
+  CHECK(has("stragglers.seed = 18446744073709551615: must be <= 9223372036854775807"));
+  CHECK(problems.size() == 17);
+
+  // epochs may be 0 when steps is set; a trace model with a path is fine.
+  cfg::Config ok;
+  ok.train.steps = 100;
+  ok.train.epochs = 0.0;
+  ok.stragglers.model = "trace";
+  ok.stragglers.trace = "runs/x/steps.jsonl";
+  ok.data.name = "synthetic";
+  ok.data.path = "";
+  CHECK(cfg::validate(ok).empty());
+}
+
+TEST_CASE("to_toml writes every key and reads back equal", "[config]") {
+  CHECK(cfg::parse(cfg::to_toml(cfg::Config{}), "resolved.toml", {}) == cfg::Config{});
+
+  cfg::Config c;
+  c.run.name = "odd-name_1.v2";
+  c.run.dir = "dir with \"quotes\" and \\backslash\\ and tab\t and ünïcode";
+  c.run.seed = 9223372036854775807ULL;
+  c.run.resume = true;
+  c.run.overwrite = true;
+  c.run.progress_every_steps = 7;
+  c.data.name = "synthetic";
+  c.data.path = "";
+  c.data.augment = true;
+  c.data.augment_max_rotate_deg = 180.0;
+  c.data.augment_max_zoom = 0.1 + 0.2;  // not exactly 0.3
+  c.data.limit_train = 123456789012;
+  c.model.name = "mlp";
+  c.model.weight_norm = false;
+  c.optim.name = "rmsprop";
+  c.optim.lr = 1.0 / 3.0;
+  c.optim.eps = 1e-300;
+  c.optim.schedule = "warmup_exponential";
+  c.optim.decay_epochs = 3.0;
+  c.optim.ema = 0.0;
+  c.optim.weight_decay = 5e-4;
+  c.train.mode = "softsync";
+  c.train.batch = 128;
+  c.train.steps = 1000;
+  c.train.epochs = 2.75;
+  c.cluster.ps = 3;
+  c.cluster.evaluator = true;
+  c.stragglers.model = "pareto";
+  c.stragglers.workers = {0, 5, 9};
+  c.stragglers.alpha = 1.5;
+  c.stragglers.mean_ms = 12.25;
+  c.stragglers.trace = "t.jsonl";
+  c.stragglers.seed = 42;
+  c.eval.every_steps = 100;
+  c.eval.every_s = 0.5;
+  c.compute.backend = "cuda";
+  c.compute.threads = 2;
+  REQUIRE(cfg::validate(c).empty());
+  const std::string text = cfg::to_toml(c);
+  const cfg::Config back = cfg::parse(text, "resolved.toml", {});
+  // Field-by-field through operator==; the text comparison shows what differs.
+  CHECK(cfg::to_toml(back) == text);
+  CHECK(back == c);
+  CHECK(back.optim.lr == c.optim.lr);
+  CHECK(back.optim.eps == c.optim.eps);
+  CHECK(back.run.dir == c.run.dir);
+  // Floats stay floats: a whole number is written as 180.0, not 180.
+  CHECK_THAT(text, Contains("augment_max_rotate_deg = 180.0\n"));
+  // Every key of the reference is written.
+  for (const std::string section :
+       {"run", "data", "model", "optim", "train", "cluster", "stragglers", "eval", "compute"}) {
+    CHECK_THAT(text, Contains("[" + section + "]\n"));
+  }
+}
+
+TEST_CASE("key_reference lists every key with its default, and configs/README.md holds it",
+          "[config]") {
+  const std::string ref = cfg::key_reference();
+  // Each "key = value" line of to_toml() appears in the reference as section.key = default.
+  std::istringstream in(cfg::to_toml(cfg::Config{}));
+  std::string line, section;
+  int keys = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    CHECK_THAT(ref, Contains("  " + section + "." + line));
+    ++keys;
+  }
+  CHECK(keys >= 50);
+  CHECK_THAT(ref, Contains("one of sgd | rmsprop"));
+  CHECK_THAT(ref, Contains("optim.momentum = 0.9"));
+
+  std::ifstream readme(std::string(SYNCOPT_SOURCE_DIR) + "/configs/README.md");
+  REQUIRE(readme);
+  std::stringstream text;
+  text << readme.rdbuf();
+  // Regenerate the README block from `syncopt train --help` when keys change.
+  CHECK_THAT(text.str(), Contains(ref));
+}

@@ -1,0 +1,150 @@
+// The parameter-server decision logic without MPI: first-N cutoff, drops,
+// one contribution per worker per step, the exact mean, async staleness,
+// softsync and timeout rules; and the header validation of the protocol.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "comm/protocol.hpp"
+#include "ps/shard_core.hpp"
+#include "train/roles.hpp"
+
+using namespace syncopt;
+using ps::Mode;
+using ps::ShardCore;
+
+TEST_CASE("sync applies the mean of exactly the first N fresh gradients", "[ps]") {
+  ShardCore core(Mode::kSync, 4, 2, 3, 0.0);
+  const float g0[3] = {1, 2, 3}, g1[3] = {10, 20, 30}, g2[3] = {100, 200, 300};
+  CHECK(core.on_grad(2, 0, g2, 0.5f, 0.0, 0.1));
+  CHECK_FALSE(core.ready(0.1));
+  // Worker 2 again on the same version: never twice in a step.
+  CHECK_FALSE(core.on_grad(2, 0, g2, 0.5f, 0.0, 0.15));
+  CHECK(core.on_grad(0, 0, g0, 1.5f, 0.0, 0.2));
+  CHECK(core.ready(0.2));
+  // A third fresh one after N: dropped.
+  CHECK_FALSE(core.on_grad(1, 0, g1, 9.0f, 0.0, 0.25));
+  std::vector<float> mean(3);
+  const auto rec = core.apply(mean.data(), 0.3);
+  CHECK(mean == std::vector<float>{50.5f, 101.0f, 151.5f});  // (g0 + g2) / 2, not g1
+  CHECK(rec.used == 2);
+  CHECK(rec.loss == Approx(1.0));
+  CHECK(rec.version == 0);
+  CHECK(core.version() == 1);
+  REQUIRE(rec.grads.size() == 4);
+  CHECK(rec.grads[0].accepted);
+  CHECK_FALSE(rec.grads[1].accepted);
+  CHECK(rec.grads[2].accepted);
+  CHECK_FALSE(rec.grads[3].accepted);
+  CHECK(rec.grads[0].arrival_s == Approx(0.1));
+  CHECK(core.drops() == std::vector<std::int64_t>{0, 1, 1, 0});
+
+  // Step 1: a gradient computed on version 0 is stale now and dropped.
+  CHECK_FALSE(core.on_grad(3, 0, g1, 0.0f, 0.0, 0.35));
+  CHECK(core.on_grad(3, 1, g1, 0.0f, 0.0, 0.4));
+  CHECK(core.on_grad(1, 1, g0, 0.0f, 0.0, 0.45));
+  const auto rec1 = core.apply(mean.data(), 0.5);
+  CHECK(mean == std::vector<float>{5.5f, 11.0f, 16.5f});
+  CHECK(rec1.grads[0].staleness == 1);
+  CHECK(rec1.grads[0].arrival_s == Approx(0.05));  // relative to the step's start (0.3)
+}
+
+TEST_CASE("the sync mean does not depend on arrival order", "[ps]") {
+  const float a[2] = {0.1f, 1e7f}, b[2] = {0.2f, 1.0f}, c[2] = {0.3f, -1e7f};
+  std::vector<float> m1(2), m2(2);
+  ShardCore x(Mode::kSync, 3, 3, 2, 0.0), y(Mode::kSync, 3, 3, 2, 0.0);
+  x.on_grad(0, 0, a, 0, 0, 0);
+  x.on_grad(1, 0, b, 0, 0, 0);
+  x.on_grad(2, 0, c, 0, 0, 0);
+  y.on_grad(2, 0, c, 0, 0, 0);
+  y.on_grad(0, 0, a, 0, 0, 0);
+  y.on_grad(1, 0, b, 0, 0, 0);
+  x.apply(m1.data(), 1);
+  y.apply(m2.data(), 1);
+  CHECK(m1 == m2);  // bitwise
+}
+
+TEST_CASE("async applies each gradient with its staleness", "[ps]") {
+  ShardCore core(Mode::kAsync, 2, 1, 1, 0.0);
+  const float g = 4.0f;
+  std::vector<float> mean(1);
+  CHECK(core.on_grad(0, 0, &g, 0, 0, 0));
+  CHECK(core.ready(0));
+  auto r0 = core.apply(mean.data(), 0);
+  CHECK(r0.grads[0].staleness == 0);
+  CHECK(core.on_grad(1, 0, &g, 0, 0, 0));  // read version 0, shard is at 1
+  auto r1 = core.apply(mean.data(), 0);
+  CHECK(r1.grads[0].staleness == 1);
+  CHECK(mean[0] == 4.0f);
+  CHECK(core.version() == 2);
+}
+
+TEST_CASE("softsync averages every c gradients whatever their version", "[ps]") {
+  ShardCore core(Mode::kSoftsync, 3, 2, 1, 0.0);
+  const float a = 1.0f, b = 3.0f;
+  core.on_grad(0, 0, &a, 0, 0, 0);
+  CHECK_FALSE(core.ready(0));
+  core.on_grad(0, 0, &b, 0, 0, 0);
+  REQUIRE(core.ready(0));
+  std::vector<float> mean(1);
+  core.apply(mean.data(), 0);
+  CHECK(mean[0] == 2.0f);
+}
+
+TEST_CASE("timeout applies with fewer than N once the deadline passed", "[ps]") {
+  ShardCore core(Mode::kTimeout, 4, 3, 1, 0.05);
+  const float a = 2.0f;
+  core.on_grad(1, 0, &a, 0, 0, 1.00);
+  CHECK_FALSE(core.ready(1.02));
+  CHECK(core.time_to_deadline(1.02) == Approx(0.03));
+  CHECK(core.ready(1.06));
+  std::vector<float> mean(1);
+  const auto rec = core.apply(mean.data(), 1.06);
+  CHECK(rec.used == 1);
+  CHECK(mean[0] == 2.0f);
+}
+
+TEST_CASE("shard slices are balanced, contiguous and cover everything", "[ps]") {
+  const auto s = train::shard_slices(10, 3);
+  REQUIRE(s.size() == 3);
+  CHECK(s[0].offset == 0);
+  CHECK(s[0].count == 4);
+  CHECK(s[1].offset == 4);
+  CHECK(s[1].count == 3);
+  CHECK(s[2].offset == 7);
+  CHECK(s[2].count == 3);
+}
+
+TEST_CASE("header validation names the sender and the fault", "[ps][protocol]") {
+  comm::MsgHeader h;
+  h.kind = static_cast<std::uint16_t>(comm::Kind::kGrad);
+  h.sender = 3;
+  h.shard = 1;
+  h.count = 8;
+  const comm::Expect ok{3, {comm::Kind::kGrad}, 1, 8, comm::Message::wire_bytes(8)};
+  CHECK(comm::check_header(h, ok).empty());
+  auto bad = h;
+  bad.magic = 1;
+  CHECK(comm::check_header(bad, ok).find("rank 3: bad magic") != std::string::npos);
+  bad = h;
+  bad.kind = 42;
+  CHECK(comm::check_header(bad, ok).find("unknown message kind 42") != std::string::npos);
+  bad = h;
+  bad.kind = static_cast<std::uint16_t>(comm::Kind::kStop);
+  CHECK(comm::check_header(bad, ok).find("unexpected message kind STOP") != std::string::npos);
+  bad = h;
+  bad.sender = 4;
+  CHECK(comm::check_header(bad, ok).find("claims sender rank 4") != std::string::npos);
+  bad = h;
+  bad.shard = 0;
+  CHECK(comm::check_header(bad, ok).find("for shard 0") != std::string::npos);
+  bad = h;
+  bad.count = 7;
+  CHECK(comm::check_header(bad, ok).find("carries 7 floats, expected 8") != std::string::npos);
+  bad = h;
+  bad.proto_version = 9;
+  CHECK(comm::check_header(bad, ok).find("protocol version 9") != std::string::npos);
+  auto short_msg = ok;
+  short_msg.received_bytes = 12;
+  CHECK(comm::check_header(h, short_msg).find("shorter than") != std::string::npos);
+}
