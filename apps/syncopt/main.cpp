@@ -109,7 +109,7 @@ int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
   const train::DistributedResult r = train::run_distributed(cfg, args.quiet);
   if (mpi.rank() == 0) {
     std::printf("\n%s", r.report.c_str());
-    std::printf("run directory: %s  (syncopt report %s; python3 scripts/plot.py %s)\n",
+    std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
                 r.run_dir.string().c_str(), r.run_dir.string().c_str(),
                 r.run_dir.string().c_str());
   }
