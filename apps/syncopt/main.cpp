@@ -63,7 +63,8 @@ int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
                       " ranks: set train.mode to sync, async, softsync, ssp, timeout or "
                       "allreduce, or run without mpirun");
   }
-  const train::Roles roles = train::make_roles(cfg, world);
+  // A world of one rank trains locally whatever the mode, so it has no layout.
+  const train::Roles roles = local ? train::Roles{} : train::make_roles(cfg, world);
   setup_logging(mpi.rank(), local ? "local" : roles.role_name(mpi.rank()), args.verbose,
                 args.quiet);
   if (args.dry_run) {
