@@ -11,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "data/batch.hpp"
+#include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
 #include "optim/optimizer.hpp"
 
@@ -141,8 +142,6 @@ LocalResult run_local(const config::Config& cfg, bool quiet) {
                           {cfg.data.augment_max_rotate_deg, cfg.data.augment_max_zoom});
 
   metrics::Progress progress(total_steps, cfg.run.progress_every_steps, quiet);
-  std::vector<double> step_times;
-  step_times.reserve(static_cast<std::size_t>(total_steps));
   const auto t_run = Clock::now();
   double eval_s = 0.0;  // time spent evaluating, excluded from throughput
   double last_eval_wall = 0.0;
@@ -194,7 +193,6 @@ LocalResult run_local(const config::Config& cfg, bool quiet) {
     if (use_ema) ema.update(params.data());
     examples += batch;
     const double step_s = seconds_since(t_start);
-    step_times.push_back(step_s);
     loss_avg = step == 1 ? loss : 0.98 * loss_avg + 0.02 * loss;
 
     steps_log.write({{"step", step},
@@ -209,7 +207,8 @@ LocalResult run_local(const config::Config& cfg, bool quiet) {
                         {"arrival_s", arrival},
                         {"version", step - 1},
                         {"accepted", true},
-                        {"staleness", 0}}}}});
+                        {"staleness", 0},
+                        {"compute_s", arrival}}}}});
     const double elapsed = seconds_since(t_run);
     progress.update(step, static_cast<double>(examples) / train_count, loss_avg,
                     static_cast<double>(examples) / std::max(1e-9, elapsed - eval_s), elapsed);
@@ -227,33 +226,28 @@ LocalResult run_local(const config::Config& cfg, bool quiet) {
   const double train_s = result.wall_s - eval_s;
   result.examples_per_s = static_cast<double>(examples) / std::max(1e-9, train_s);
 
-  nlohmann::json summary = {
-      {"mode", "local"},
-      {"N", 1},
-      {"b", 0},
-      {"S", 0},
-      {"workers", 1},
-      {"model", spec.name},
-      {"params", layout.count},
-      {"backend", backend->name()},
-      {"threads", cfg.compute.threads},
-      {"batch", batch},
-      {"steps", total_steps},
-      {"epochs", static_cast<double>(examples) / train_count},
-      {"examples", examples},
-      {"wall_s", result.wall_s},
-      {"train_s", train_s},
-      {"eval_s", eval_s},
-      {"examples_per_s", result.examples_per_s},
-      {"step_time_p50_s", metrics::percentile(step_times, 50)},
-      {"step_time_p90_s", metrics::percentile(step_times, 90)},
-      {"drops_per_worker", std::vector<std::int64_t>{0}},
-      {"staleness_mean", 0.0},
-      {"staleness_max", 0},
-      {"test_loss", result.final_eval.loss},
-      {"test_acc", result.final_eval.accuracy},
-      {"test_acc_ema", result.final_eval_ema.accuracy},
-      {"run_dir", result.run_dir.string()}};
+  // The same analysis as a distributed run's, so `syncopt report` reads both.
+  metrics::RunInfo info;
+  info.mode = "local";
+  info.batch = batch;
+  info.wall_s = result.wall_s;
+  info.examples = static_cast<std::uint64_t>(examples);
+  info.epochs = static_cast<double>(examples) / train_count;
+  info.test_loss = result.final_eval.loss;
+  info.test_acc = result.final_eval.accuracy;
+  info.test_loss_ema = result.final_eval_ema.loss;
+  info.test_acc_ema = result.final_eval_ema.accuracy;
+  nlohmann::json summary =
+      metrics::analyze(metrics::read_jsonl(result.run_dir / "steps.jsonl"), info).summary;
+  // Training throughput without the time spent evaluating.
+  summary["examples_per_s"] = result.examples_per_s;
+  summary["train_s"] = train_s;
+  summary["eval_s"] = eval_s;
+  summary["model"] = spec.name;
+  summary["params"] = layout.count;
+  summary["backend"] = backend->name();
+  summary["threads"] = cfg.compute.threads;
+  summary["run_dir"] = result.run_dir.string();
   metrics::write_file_atomic(result.run_dir / "summary.json", summary.dump(2) + "\n");
   // Final parameters, raw float32 in the layout's order (tests compare runs).
   metrics::write_floats(result.run_dir / "params.f32", params);
