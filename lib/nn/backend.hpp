@@ -43,6 +43,10 @@ ParamLayout param_layout(const ModelSpec& spec);
 void init_params(const ModelSpec& spec, const ParamLayout& layout, float* params,
                  std::uint64_t seed);
 
+// Human-readable, multi-line summary of a model: one line per layer with its
+// output shape and parameter count, then the total (for logs / --dry-run).
+std::string model_summary(const ModelSpec& spec);
+
 class Network {
  public:
   virtual ~Network() = default;
@@ -67,5 +71,10 @@ class Backend {
 // The one factory: "cpu" always; "cuda" when built with CUDA (otherwise a
 // ConfigError saying how to build with it). `threads` = compute threads.
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads);
+
+// The CUDA backend's own factory: defined in cuda/ and called by
+// make_backend() only in builds with SYNCOPT_HAS_CUDA; declared here so both
+// sides agree on it.
+std::unique_ptr<Backend> make_cuda_backend(int threads);
 
 }  // namespace syncopt::nn
