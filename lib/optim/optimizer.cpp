@@ -75,4 +75,28 @@ void Ema::update(const float* params) {
   ++m_updates;
 }
 
+OptimizerOptions optimizer_options(const config::OptimConfig& c) {
+  OptimizerOptions o;
+  o.name = c.name;
+  o.momentum = c.momentum;
+  o.rms_decay = c.rms_decay;
+  o.eps = c.eps;
+  o.weight_decay = c.weight_decay;
+  return o;
+}
+
+ScheduleOptions schedule_options(const config::OptimConfig& c, double total_epochs,
+                                 double lr_multiplier) {
+  ScheduleOptions s;
+  s.name = c.schedule;
+  s.base_lr = c.lr;
+  s.decay_rate = c.decay_rate;
+  s.decay_epochs = c.decay_epochs;
+  s.anneal_epochs = c.anneal_epochs;
+  s.warmup_epochs = c.warmup_epochs;
+  s.total_epochs = total_epochs;
+  s.lr_multiplier = lr_multiplier;
+  return s;
+}
+
 }  // namespace syncopt::optim

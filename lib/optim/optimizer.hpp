@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
+
 namespace syncopt::optim {
 
 struct OptimizerOptions {
@@ -79,5 +81,12 @@ class Ema {
   std::uint64_t m_updates = 0;
   std::vector<float> m_avg;
 };
+
+// The optimiser and schedule of an [optim] config section. total_epochs is
+// the run's length in epochs of accepted examples; lr_multiplier is N when
+// optim.scale_lr_by_n (1 otherwise).
+OptimizerOptions optimizer_options(const config::OptimConfig& c);
+ScheduleOptions schedule_options(const config::OptimConfig& c, double total_epochs,
+                                 double lr_multiplier);
 
 }  // namespace syncopt::optim

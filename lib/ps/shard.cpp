@@ -76,27 +76,12 @@ ShardResult run_shard(const ShardSetup& st) {
   ShardCore core(mode, K, roles.n, count, cfg.train.timeout_ms / 1000.0);
   std::vector<float> theta(st.initial, st.initial + count);
   std::vector<float> mean(count);
-  optim::OptimizerOptions oo;
-  oo.name = cfg.optim.name;
-  oo.momentum = cfg.optim.momentum;
-  oo.rms_decay = cfg.optim.rms_decay;
-  oo.eps = cfg.optim.eps;
-  oo.weight_decay = cfg.optim.weight_decay;
-  optim::Optimizer opt(oo, count);
+  optim::Optimizer opt(optim::optimizer_options(cfg.optim), count);
   const bool use_ema = cfg.optim.ema > 0.0;
   optim::Ema ema(use_ema ? cfg.optim.ema : 0.0, theta.data(), count);
-  optim::ScheduleOptions sched;
-  sched.name = cfg.optim.schedule;
-  sched.base_lr = cfg.optim.lr;
-  sched.decay_rate = cfg.optim.decay_rate;
-  sched.decay_epochs = cfg.optim.decay_epochs;
-  sched.anneal_epochs = cfg.optim.anneal_epochs;
-  sched.warmup_epochs = cfg.optim.warmup_epochs;
-  sched.lr_multiplier = st.lr_multiplier;
-  const double per_update = sync_like ? static_cast<double>(roles.n * batch)
-                            : mode == Mode::kSoftsync ? static_cast<double>(roles.n * batch)
-                                                      : static_cast<double>(batch);
-  sched.total_epochs = static_cast<double>(st.total_steps) * per_update / st.train_count;
+  const optim::ScheduleOptions sched = optim::schedule_options(
+      cfg.optim, static_cast<double>(st.total_steps) * per_update / st.train_count,
+      st.lr_multiplier);
 
   // Receives: one per worker on the data communicator, one for the evaluator.
   const bool has_eval = roles.evaluator_rank >= 0;

@@ -55,16 +55,6 @@ void agree(MPI_Comm comm, const std::function<void()>& fn) {
   throw AgreedError(static_cast<ExitCode>(worst), "another rank failed (see its message)", false);
 }
 
-optim::OptimizerOptions optimizer_options(const config::Config& cfg) {
-  optim::OptimizerOptions oo;
-  oo.name = cfg.optim.name;
-  oo.momentum = cfg.optim.momentum;
-  oo.rms_decay = cfg.optim.rms_decay;
-  oo.eps = cfg.optim.eps;
-  oo.weight_decay = cfg.optim.weight_decay;
-  return oo;
-}
-
 // Examples one update consumes, the unit in which epochs are counted.
 double examples_per_update(const config::Config& cfg, const Roles& roles) {
   const double b = static_cast<double>(cfg.train.batch);
@@ -194,20 +184,13 @@ AllreduceOut run_allreduce(const config::Config& cfg, const Roles& roles, int ra
   AllreduceOut out;
   out.theta.assign(init, init + count);
   std::vector<float> grad(count);
-  optim::Optimizer opt(optimizer_options(cfg), count);
+  optim::Optimizer opt(optim::optimizer_options(cfg.optim), count);
   const bool use_ema = cfg.optim.ema > 0.0;
   optim::Ema ema(use_ema ? cfg.optim.ema : 0.0, out.theta.data(), count);
-  optim::ScheduleOptions sched;
-  sched.name = cfg.optim.schedule;
-  sched.base_lr = cfg.optim.lr;
-  sched.decay_rate = cfg.optim.decay_rate;
-  sched.decay_epochs = cfg.optim.decay_epochs;
-  sched.anneal_epochs = cfg.optim.anneal_epochs;
-  sched.warmup_epochs = cfg.optim.warmup_epochs;
-  sched.lr_multiplier = lr_multiplier;
   const double per_update = static_cast<double>(W) * batch;
   const auto train_count = static_cast<double>(train.count);
-  sched.total_epochs = static_cast<double>(total_steps) * per_update / train_count;
+  const optim::ScheduleOptions sched = optim::schedule_options(
+      cfg.optim, static_cast<double>(total_steps) * per_update / train_count, lr_multiplier);
   const float inv = 1.0f / static_cast<float>(W);
   std::vector<double> mine(3), all(static_cast<std::size_t>(3 * W));
   for (std::uint64_t step = 1; step <= total_steps; ++step) {

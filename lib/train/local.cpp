@@ -106,22 +106,10 @@ LocalResult run_local(const config::Config& cfg, bool quiet) {
       cfg.train.steps > 0
           ? cfg.train.steps
           : static_cast<std::int64_t>(std::ceil(cfg.train.epochs * train_count / batch));
-  optim::ScheduleOptions sched;
-  sched.name = cfg.optim.schedule;
-  sched.base_lr = cfg.optim.lr;
-  sched.decay_rate = cfg.optim.decay_rate;
-  sched.decay_epochs = cfg.optim.decay_epochs;
-  sched.anneal_epochs = cfg.optim.anneal_epochs;
-  sched.warmup_epochs = cfg.optim.warmup_epochs;
-  sched.total_epochs = static_cast<double>(total_steps) * batch / train_count;
-  sched.lr_multiplier = 1.0;  // N = 1 in local mode
-  optim::OptimizerOptions oo;
-  oo.name = cfg.optim.name;
-  oo.momentum = cfg.optim.momentum;
-  oo.rms_decay = cfg.optim.rms_decay;
-  oo.eps = cfg.optim.eps;
-  oo.weight_decay = cfg.optim.weight_decay;
-  optim::Optimizer opt(oo, layout.count);
+  // N = 1 in local mode.
+  const optim::ScheduleOptions sched = optim::schedule_options(
+      cfg.optim, static_cast<double>(total_steps) * batch / train_count, 1.0);
+  optim::Optimizer opt(optim::optimizer_options(cfg.optim), layout.count);
   const bool use_ema = cfg.optim.ema > 0.0;
   optim::Ema ema(cfg.optim.ema, params.data(), use_ema ? layout.count : 0);
 

@@ -24,10 +24,10 @@ struct Result {
   std::string output;  // stdout and stderr together
 };
 
-inline Result run(const std::string& args) {
-  const std::string cmd = std::string(SYNCOPT_EXE) + " " + args + " 2>&1";
+// Runs a shell command line, capturing stdout and stderr together.
+inline Result run_command(const std::string& cmd) {
   Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
+  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
   if (!pipe) return r;
   std::array<char, 4096> buf{};
   std::size_t n = 0;
@@ -37,6 +37,8 @@ inline Result run(const std::string& args) {
   return r;
 }
 
+inline Result run(const std::string& args) { return run_command(std::string(SYNCOPT_EXE) + " " + args); }
+
 // `mpirun -np NP syncopt ARGS` with Open MPI's root and oversubscription
 // permissions (they belong to the harness, never to the binary), bounded by
 // `timeout` so that a hang fails the test instead of stalling CI.
@@ -44,18 +46,8 @@ inline Result run_mpi(int np, const std::string& args, int timeout_s = 180) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  const std::string cmd = "timeout -k 10 " + std::to_string(timeout_s) + " mpirun -np " +
-                          std::to_string(np) + " " + std::string(SYNCOPT_EXE) + " " + args +
-                          " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return run_command("timeout -k 10 " + std::to_string(timeout_s) + " mpirun -np " +
+                     std::to_string(np) + " " + std::string(SYNCOPT_EXE) + " " + args);
 }
 
 inline std::vector<float> read_floats(const std::filesystem::path& p) {
