@@ -190,12 +190,22 @@ void init_params(const ModelSpec& spec, const ParamLayout& layout, float* params
                         " floats) is not the layout of model '" + spec.name + "' (" +
                         std::to_string(expected.count) + " floats)");
   }
+  // The classifier (the last weight tensor) starts small: He scaling keeps
+  // the activations' variance through the ReLU layers, but max-pooling grows
+  // it, so He-scaled logits start around std 3 and the first steps see a
+  // loss of 5-8 and jump. LeCun scale times 0.1 gives logits near 0 and an
+  // initial loss near ln(classes), as with PyTorch's default init.
+  std::string classifier;
+  for (const ParamView& v : layout.views) {
+    if (ends_with(v.name, ".v") || ends_with(v.name, ".w")) classifier = v.name;
+  }
   Normal normal(seed);
   for (const ParamView& v : layout.views) {
     float* p = params + v.offset;
     if (ends_with(v.name, ".v") || ends_with(v.name, ".w")) {
       const double fan_in = static_cast<double>(v.count / static_cast<std::size_t>(v.shape[0]));
-      const double std_dev = std::sqrt(2.0 / fan_in);
+      const double std_dev =
+          v.name == classifier ? 0.1 * std::sqrt(1.0 / fan_in) : std::sqrt(2.0 / fan_in);
       for (std::size_t i = 0; i < v.count; ++i) p[i] = static_cast<float>(std_dev * normal.next());
     } else if (ends_with(v.name, ".g")) {
       const ParamView& dir = layout.find(v.name.substr(0, v.name.size() - 2) + ".v");

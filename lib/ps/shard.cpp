@@ -79,6 +79,10 @@ ShardResult run_shard(const ShardSetup& st) {
   optim::Optimizer opt(optim::optimizer_options(cfg.optim), count);
   const bool use_ema = cfg.optim.ema > 0.0;
   optim::Ema ema(use_ema ? cfg.optim.ema : 0.0, theta.data(), count);
+  // Examples per update, the unit of the schedule's epochs.
+  const double per_update = sync_like || mode == Mode::kSoftsync
+                                ? static_cast<double>(static_cast<std::uint64_t>(roles.n) * batch)
+                                : static_cast<double>(batch);
   const optim::ScheduleOptions sched = optim::schedule_options(
       cfg.optim, static_cast<double>(st.total_steps) * per_update / st.train_count,
       st.lr_multiplier);
