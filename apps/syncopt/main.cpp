@@ -69,24 +69,35 @@ int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
                 args.quiet);
   if (args.dry_run) {
     const auto layout = nn::param_layout(dry_run_spec(cfg));
-    // Every rank reports its host, so the table shows where each role runs.
-    std::vector<char> hosts(static_cast<std::size_t>(world) * 64, 0);
-    std::vector<char> mine(64, 0);
-    mpi.host().copy(mine.data(), 63);
-    MPI_Gather(mine.data(), 64, MPI_CHAR, hosts.data(), 64, MPI_CHAR, 0, MPI_COMM_WORLD);
+    // Every rank reports its host and device, so the table shows where each
+    // role runs (the GPU from the node-local rank, as training will pick it).
+    constexpr int kLine = 160;
+    const int local_rank = comm::node_local_rank(MPI_COMM_WORLD);
+    const std::string where = mpi.host() + ", node-local rank " + std::to_string(local_rank) +
+                              ", compute " + nn::describe_device(cfg.compute.backend, local_rank);
+    std::vector<char> lines(static_cast<std::size_t>(world) * kLine, 0);
+    std::vector<char> mine(kLine, 0);
+    where.copy(mine.data(), kLine - 1);
+    MPI_Gather(mine.data(), kLine, MPI_CHAR, lines.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (mpi.rank() == 0) {
       std::printf("# resolved config (%s)\n%s\n", args.config_path.c_str(),
                   config::to_toml(cfg).c_str());
       if (local) {
         std::printf("# layout: world of 1 rank\nrank 0: local trainer (train.mode = \"%s\" "
-                    "runs single-process in a world of one rank) on %s\n",
-                    cfg.train.mode.c_str(), mpi.host().c_str());
+                    "runs single-process in a world of one rank)\n# placement:\nrank 0: %s\n",
+                    cfg.train.mode.c_str(), where.c_str());
       } else {
         std::string table = train::describe(roles, layout.count);
         std::printf("%s", table.c_str());
-        std::printf("# hosts:");
-        for (int r = 0; r < world; ++r) std::printf(" r%d=%s", r, hosts.data() + 64 * r);
-        std::printf("\n");
+        std::printf("# placement:\n");
+        for (int r = 0; r < world; ++r) {
+          // Shards apply the optimiser on the host: the update is a few
+          // element-wise passes over their slice, and the gradients arrive
+          // in host memory through MPI anyway.
+          const bool shard = roles.role_of(r) == train::Role::kShard;
+          std::printf("rank %d: %s%s\n", r, lines.data() + kLine * r,
+                      shard ? " (a shard applies its updates on the CPU)" : "");
+        }
       }
     }
     return 0;

@@ -25,6 +25,15 @@ int world_rank_or_minus_one() {
   return rank;
 }
 
+int node_local_rank(MPI_Comm comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  SYNCOPT_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  return local;
+}
+
 void throw_mpi_error(int rc, const char* stmt, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;

@@ -41,6 +41,10 @@ class MpiSession {
 int world_rank_or_minus_one();
 std::string host_name();
 
+// This rank's index among the ranks of `comm` that share its node
+// (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED). A collective of `comm`.
+int node_local_rank(MPI_Comm comm);
+
 class Communicator {
  public:
   Communicator();  // MPI_Comm_dup(MPI_COMM_WORLD)

@@ -4,6 +4,8 @@
 // CUDA backend lives in cuda/ and is picked by make_backend().
 #pragma once
 
+#include <mpi.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -69,12 +71,24 @@ class Backend {
 };
 
 // The one factory: "cpu" always; "cuda" when built with CUDA (otherwise a
-// ConfigError saying how to build with it). `threads` = compute threads.
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads);
+// ConfigError saying how to build with it). `threads` = compute threads;
+// `local_rank` = this rank's index among the ranks of its node (from
+// MPI_Comm_split_type), which picks the GPU: local_rank % devices.
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, int local_rank = 0);
 
-// The CUDA backend's own factory: defined in cuda/ and called by
-// make_backend() only in builds with SYNCOPT_HAS_CUDA; declared here so both
-// sides agree on it.
-std::unique_ptr<Backend> make_cuda_backend(int threads);
+// Where a rank with this node-local rank computes, for --dry-run: "cpu", or
+// "cuda:K of N (<name>)", or why CUDA is not available. Never throws.
+std::string describe_device(const std::string& name, int local_rank);
+
+// The mean of a host buffer over the ranks of `comm` on the devices (NCCL)
+// when backend is "cuda" and every rank has its own GPU; null otherwise (the
+// caller then uses MPI_Allreduce). A collective over `comm`.
+class DeviceAllreduce {
+ public:
+  virtual ~DeviceAllreduce() = default;
+  virtual void mean(float* host, std::size_t count) = 0;
+};
+std::unique_ptr<DeviceAllreduce> make_device_allreduce(const std::string& name, MPI_Comm comm);
+
 
 }  // namespace syncopt::nn

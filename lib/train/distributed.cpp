@@ -192,6 +192,8 @@ AllreduceOut run_allreduce(const config::Config& cfg, const Roles& roles, int ra
   const optim::ScheduleOptions sched = optim::schedule_options(
       cfg.optim, static_cast<double>(total_steps) * per_update / train_count, lr_multiplier);
   const float inv = 1.0f / static_cast<float>(W);
+  // NCCL on GPUs (every rank its own device), MPI_Allreduce otherwise.
+  const auto device_reduce = nn::make_device_allreduce(cfg.compute.backend, comm);
   std::vector<double> mine(3), all(static_cast<std::size_t>(3 * W));
   for (std::uint64_t step = 1; step <= total_steps; ++step) {
     const double t_start = run_now();
@@ -201,9 +203,13 @@ AllreduceOut run_allreduce(const config::Config& cfg, const Roles& roles, int ra
     const double compute_s = run_now() - t_start;
     comm::sleep_s(stragglers.delay_s(rank, step - 1, compute_s));
     const double ready_s = run_now() - t_start;
-    SYNCOPT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, grad.data(), static_cast<int>(count), MPI_FLOAT,
-                                    MPI_SUM, comm));
-    for (auto& g : grad) g *= inv;
+    if (device_reduce) {
+      device_reduce->mean(grad.data(), count);
+    } else {
+      SYNCOPT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, grad.data(), static_cast<int>(count),
+                                      MPI_FLOAT, MPI_SUM, comm));
+      for (auto& g : grad) g *= inv;
+    }
     const double epoch = static_cast<double>(out.examples) / train_count;
     const auto lr = static_cast<float>(optim::learning_rate(sched, epoch));
     opt.step(out.theta.data(), grad.data(), lr);
@@ -327,10 +333,12 @@ DistributedResult run_distributed(const config::Config& cfg, bool quiet) {
   // 2. Compute: workers need a training network, the eval writer a test one.
   std::unique_ptr<nn::Backend> backend;
   std::unique_ptr<nn::Network> net;
+  const int local_rank = comm::node_local_rank(ctrl);  // picks the GPU
   agree(ctrl, [&] {
     const bool computes = role == Role::kWorker || rank == eval_writer;
     if (!computes) return;
-    backend = nn::make_backend(cfg.compute.backend, static_cast<int>(cfg.compute.threads));
+    backend = nn::make_backend(cfg.compute.backend, static_cast<int>(cfg.compute.threads),
+                               local_rank);
     const int max_batch = static_cast<int>(rank == eval_writer
                                                ? std::max(cfg.train.batch, cfg.eval.batch)
                                                : cfg.train.batch);

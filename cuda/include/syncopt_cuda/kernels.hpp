@@ -1,0 +1,67 @@
+// The hand-written CUDA kernels of the backend (memory-bound, elementwise or
+// per-unit work; convolution, pooling and GEMM go to cuDNN / cuBLAS), behind
+// plain host functions that enqueue on a stream and return at once. All
+// pointers are device pointers. Each is the counterpart of a CPU function
+// (lib/nn/ops.hpp, lib/optim/optimizer.hpp) and is tested against it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace syncopt::cuda {
+
+// y [n, c, hw] (NCHW, or [n, c] with hw = 1): y += bias[c], then
+// y = max(y, 0) when relu.
+void bias_act_forward(float* y, const float* bias, int n, int c, int hw, bool relu,
+                      cudaStream_t stream);
+
+// dx = dy * [y > 0] over n elements, from the ReLU's output y (in place ok).
+void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cudaStream_t stream);
+
+// db [c] = sum over n and hw of dy [n, c, hw] (overwritten).
+void bias_backward(const float* dy, int n, int c, int hw, float* db, cudaStream_t stream);
+
+// Weight normalisation per unit: w[o, :] = g[o] * v[o, :] / ||v[o, :]||.
+// v, w [units, fan_in]; g, norm [units].
+void weight_norm_forward(const float* v, const float* g, int units, int fan_in, float* w,
+                         float* norm, cudaStream_t stream);
+// dg_o = <dw_o, v_o> / n_o;  dv_o = (g_o / n_o) * (dw_o - (dg_o / n_o) * v_o).
+void weight_norm_backward(const float* dw, const float* v, const float* g, const float* norm,
+                          int units, int fan_in, float* dv, float* dg, cudaStream_t stream);
+
+// Softmax cross-entropy per example. logits, dlogits [batch, classes];
+// labels [batch]; loss [batch] = logsumexp(z) - z[label] (double);
+// dlogits = (softmax - onehot) / batch unless null. A label outside
+// [0, classes) sets *bad_label = 1 (its row gets loss 0 and gradient 0).
+void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int batch, int classes,
+                           double* loss, float* dlogits, int* bad_label, cudaStream_t stream);
+
+// x *= s over n elements.
+void scale(float* x, std::size_t n, float s, cudaStream_t stream);
+
+// SGD with momentum (optim::Optimizer "sgd"), n elements:
+//   g = grad + wd * p;  mom = momentum * mom + g;  p -= lr * mom.
+void sgd_step(float* params, const float* grad, float* mom, std::size_t n, float lr,
+              float momentum, float wd, cudaStream_t stream);
+
+// RMSProp with momentum, TensorFlow's (optim::Optimizer "rmsprop"):
+//   g = grad + wd * p;  ms = decay * ms + (1 - decay) * g^2;
+//   mom = momentum * mom + lr * g / sqrt(ms + eps);  p -= mom.
+// ms starts at 1 (as in TF), mom at 0: the caller initialises them.
+void rmsprop_step(float* params, const float* grad, float* ms, float* mom, std::size_t n, float lr,
+                  float decay, float momentum, float eps, float wd, cudaStream_t stream);
+
+// EMA of the parameters: avg = alpha * avg + (1 - alpha) * params.
+void ema_update(float* avg, const float* params, std::size_t n, float alpha, cudaStream_t stream);
+
+// The EMA's alpha after `updates` updates, as optim::Ema computes it:
+// min(decay, (1 + t) / (10 + t)).
+inline float ema_alpha(double decay, std::uint64_t updates) {
+  const double t = static_cast<double>(updates);
+  return static_cast<float>(std::min(decay, (1.0 + t) / (10.0 + t)));
+}
+
+}  // namespace syncopt::cuda

@@ -1,0 +1,253 @@
+// The backend's small CUDA kernels (see syncopt_cuda/kernels.hpp for the
+// formulas). Elementwise kernels use grid-stride loops; per-unit reductions
+// use one block per unit and accumulate in double, like the CPU reference.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "syncopt_cuda/check.hpp"
+#include "syncopt_cuda/kernels.hpp"
+
+namespace syncopt::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;  // per block, a multiple of the warp size
+
+// Enough blocks to cover n with kThreads each, capped: the loops are
+// grid-stride, and a few waves of blocks saturate memory bandwidth.
+unsigned int blocks_for(std::size_t n) {
+  const std::size_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned int>(std::clamp<std::size_t>(b, 1, 65535));
+}
+
+void check_launch(const char* kernel) {
+  const cudaError_t rc = cudaGetLastError();
+  if (rc != cudaSuccess) detail::throw_error("CUDA", cudaGetErrorString(rc), kernel, __FILE__, __LINE__);
+}
+
+// Sum of `v` over the block (all threads get the result). kThreads threads.
+__device__ double block_sum(double v) {
+  __shared__ double partial[kThreads / 32];
+  __shared__ double total;
+  for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0.0;
+    for (int w = 0; w < kThreads / 32; ++w) s += partial[w];
+    total = s;
+  }
+  __syncthreads();
+  const double out = total;
+  __syncthreads();  // partial/total may be reused by a second call
+  return out;
+}
+
+__global__ void bias_act_kernel(float* y, const float* bias, std::size_t total, int c, int hw,
+                                bool relu) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < total;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const int ch = static_cast<int>((i / static_cast<std::size_t>(hw)) % static_cast<std::size_t>(c));
+    const float v = y[i] + (bias != nullptr ? bias[ch] : 0.0f);
+    y[i] = relu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+__global__ void relu_backward_kernel(const float* y, const float* dy, std::size_t n, float* dx) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+}
+
+// One block per channel.
+__global__ void bias_backward_kernel(const float* dy, int n, int c, int hw, float* db) {
+  const int ch = blockIdx.x;
+  const std::size_t per = static_cast<std::size_t>(n) * hw;
+  double s = 0.0;
+  for (std::size_t k = threadIdx.x; k < per; k += blockDim.x) {
+    const std::size_t img = k / hw, pos = k % hw;
+    s += dy[(img * c + ch) * hw + pos];
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) db[ch] = static_cast<float>(s);
+}
+
+// One block per unit.
+__global__ void weight_norm_forward_kernel(const float* v, const float* g, int fan_in, float* w,
+                                           float* norm) {
+  const std::size_t o = blockIdx.x;
+  const float* vo = v + o * fan_in;
+  double ss = 0.0;
+  for (int i = threadIdx.x; i < fan_in; i += blockDim.x) ss += static_cast<double>(vo[i]) * vo[i];
+  ss = block_sum(ss);
+  // A unit whose v is exactly zero has no direction; keep it finite.
+  const double nrm = fmax(sqrt(ss), 1e-30);
+  if (threadIdx.x == 0) norm[o] = static_cast<float>(nrm);
+  const float scale = static_cast<float>(static_cast<double>(g[o]) / nrm);
+  float* wo = w + o * fan_in;
+  for (int i = threadIdx.x; i < fan_in; i += blockDim.x) wo[i] = scale * vo[i];
+}
+
+__global__ void weight_norm_backward_kernel(const float* dw, const float* v, const float* g,
+                                            const float* norm, int fan_in, float* dv, float* dg) {
+  const std::size_t o = blockIdx.x;
+  const float* dwo = dw + o * fan_in;
+  const float* vo = v + o * fan_in;
+  double dot = 0.0;
+  for (int i = threadIdx.x; i < fan_in; i += blockDim.x) dot += static_cast<double>(dwo[i]) * vo[i];
+  dot = block_sum(dot);
+  const double nrm = static_cast<double>(norm[o]);
+  const double dgo = dot / nrm;
+  if (threadIdx.x == 0) dg[o] = static_cast<float>(dgo);
+  const float a = static_cast<float>(static_cast<double>(g[o]) / nrm);
+  const float b = static_cast<float>(dgo / nrm);
+  float* dvo = dv + o * fan_in;
+  for (int i = threadIdx.x; i < fan_in; i += blockDim.x) dvo[i] = a * (dwo[i] - b * vo[i]);
+}
+
+// One thread per example: the class count is small (10 here).
+__global__ void softmax_xent_kernel(const float* logits, const std::int32_t* labels, int batch,
+                                    int classes, double* loss, float* dlogits, int* bad_label) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= batch) return;
+  const float* z = logits + static_cast<std::size_t>(r) * classes;
+  const int label = labels[r];
+  float* dz = dlogits == nullptr ? nullptr : dlogits + static_cast<std::size_t>(r) * classes;
+  if (label < 0 || label >= classes) {
+    *bad_label = 1;
+    loss[r] = 0.0;
+    if (dz != nullptr) {
+      for (int k = 0; k < classes; ++k) dz[k] = 0.0f;
+    }
+    return;
+  }
+  double zmax = z[0];
+  for (int k = 1; k < classes; ++k) zmax = fmax(zmax, static_cast<double>(z[k]));
+  double sum = 0.0;
+  for (int k = 0; k < classes; ++k) sum += exp(static_cast<double>(z[k]) - zmax);
+  const double lse = zmax + log(sum);
+  loss[r] = lse - static_cast<double>(z[label]);
+  if (dz != nullptr) {
+    const double inv_batch = 1.0 / batch;
+    for (int k = 0; k < classes; ++k) {
+      const double p = exp(static_cast<double>(z[k]) - lse);
+      dz[k] = static_cast<float>((p - (k == label ? 1.0 : 0.0)) * inv_batch);
+    }
+  }
+}
+
+__global__ void scale_kernel(float* x, std::size_t n, float s) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    x[i] *= s;
+  }
+}
+
+__global__ void sgd_kernel(float* p, const float* grad, float* mom, std::size_t n, float lr,
+                           float mu, float wd) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float g = grad[i] + wd * p[i];
+    const float m = mu * mom[i] + g;
+    mom[i] = m;
+    p[i] -= lr * m;
+  }
+}
+
+__global__ void rmsprop_kernel(float* p, const float* grad, float* ms, float* mom, std::size_t n,
+                               float lr, float d, float mu, float eps, float wd) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float g = grad[i] + wd * p[i];
+    const float s = d * ms[i] + (1.0f - d) * g * g;
+    ms[i] = s;
+    const float m = mu * mom[i] + lr * g / sqrtf(s + eps);
+    mom[i] = m;
+    p[i] -= m;
+  }
+}
+
+__global__ void ema_kernel(float* avg, const float* p, std::size_t n, float a, float b) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    avg[i] = a * avg[i] + b * p[i];
+  }
+}
+
+}  // namespace
+
+void bias_act_forward(float* y, const float* bias, int n, int c, int hw, bool relu,
+                      cudaStream_t stream) {
+  const std::size_t total = static_cast<std::size_t>(n) * c * hw;
+  if (total == 0) return;
+  bias_act_kernel<<<blocks_for(total), kThreads, 0, stream>>>(y, bias, total, c, hw, relu);
+  check_launch("bias_act_kernel");
+}
+
+void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cudaStream_t stream) {
+  if (n == 0) return;
+  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, n, dx);
+  check_launch("relu_backward_kernel");
+}
+
+void bias_backward(const float* dy, int n, int c, int hw, float* db, cudaStream_t stream) {
+  if (c == 0) return;
+  bias_backward_kernel<<<c, kThreads, 0, stream>>>(dy, n, c, hw, db);
+  check_launch("bias_backward_kernel");
+}
+
+void weight_norm_forward(const float* v, const float* g, int units, int fan_in, float* w,
+                         float* norm, cudaStream_t stream) {
+  if (units == 0) return;
+  weight_norm_forward_kernel<<<units, kThreads, 0, stream>>>(v, g, fan_in, w, norm);
+  check_launch("weight_norm_forward_kernel");
+}
+
+void weight_norm_backward(const float* dw, const float* v, const float* g, const float* norm,
+                          int units, int fan_in, float* dv, float* dg, cudaStream_t stream) {
+  if (units == 0) return;
+  weight_norm_backward_kernel<<<units, kThreads, 0, stream>>>(dw, v, g, norm, fan_in, dv, dg);
+  check_launch("weight_norm_backward_kernel");
+}
+
+void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int batch, int classes,
+                           double* loss, float* dlogits, int* bad_label, cudaStream_t stream) {
+  if (batch == 0) return;
+  const unsigned int blocks = static_cast<unsigned int>((batch + kThreads - 1) / kThreads);
+  softmax_xent_kernel<<<blocks, kThreads, 0, stream>>>(logits, labels, batch, classes, loss,
+                                                       dlogits, bad_label);
+  check_launch("softmax_xent_kernel");
+}
+
+void scale(float* x, std::size_t n, float s, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, s);
+  check_launch("scale_kernel");
+}
+
+void sgd_step(float* params, const float* grad, float* mom, std::size_t n, float lr,
+              float momentum, float wd, cudaStream_t stream) {
+  if (n == 0) return;
+  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grad, mom, n, lr, momentum, wd);
+  check_launch("sgd_kernel");
+}
+
+void rmsprop_step(float* params, const float* grad, float* ms, float* mom, std::size_t n, float lr,
+                  float decay, float momentum, float eps, float wd, cudaStream_t stream) {
+  if (n == 0) return;
+  rmsprop_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grad, ms, mom, n, lr, decay,
+                                                         momentum, eps, wd);
+  check_launch("rmsprop_kernel");
+}
+
+void ema_update(float* avg, const float* params, std::size_t n, float alpha, cudaStream_t stream) {
+  if (n == 0) return;
+  ema_kernel<<<blocks_for(n), kThreads, 0, stream>>>(avg, params, n, alpha, 1.0f - alpha);
+  check_launch("ema_kernel");
+}
+
+}  // namespace syncopt::cuda

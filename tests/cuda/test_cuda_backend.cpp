@@ -1,0 +1,358 @@
+// The CUDA backend against the CPU backend, its oracle: each hand-written
+// kernel against its CPU function (lib/nn/ops.hpp, lib/optim), each model's
+// predict() and train_step() against CpuNetwork's (fc + loss: logreg; + relu:
+// mlp; + conv / pool / weight norm: cnn), a few training steps on both, and
+// the error paths. Own main: without a CUDA device it prints SKIP and
+// returns 77, which CTest reports as skipped (SKIP_RETURN_CODE), never as a
+// pass.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "nn/backend.hpp"
+#include "nn/ops.hpp"
+#include "optim/optimizer.hpp"
+#include "syncopt_cuda/api.hpp"
+#include "syncopt_cuda/kernels.hpp"
+#include "syncopt_cuda/memory.hpp"
+
+namespace nn = syncopt::nn;
+namespace cu = syncopt::cuda;
+namespace optim = syncopt::optim;
+
+namespace {
+
+std::vector<float> normal_floats(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+std::vector<std::int32_t> labels_for(int batch, int classes, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int32_t> y(static_cast<std::size_t>(batch));
+  for (auto& l : y) l = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(classes));
+  return y;
+}
+
+// max |a - b| / max |b| over [begin, end): the error relative to the
+// reference's scale (robust to the reference having zeros).
+double rel_err(const float* a, const float* b, std::size_t begin, std::size_t end) {
+  double diff = 0.0, scale = 0.0;
+  for (std::size_t i = begin; i < end; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return scale > 0.0 ? diff / scale : diff;
+}
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  return rel_err(a.data(), b.data(), 0, a.size());
+}
+
+template <class T>
+cu::DeviceBuffer<T> to_device(const std::vector<T>& h) {
+  cu::DeviceBuffer<T> d(h.size());
+  SYNCOPT_CHECK_CUDA(cudaMemcpy(d.get(), h.data(), d.nbytes(), cudaMemcpyHostToDevice));
+  return d;
+}
+template <class T>
+std::vector<T> to_host(const cu::DeviceBuffer<T>& d) {
+  std::vector<T> h(d.count());
+  SYNCOPT_CHECK_CUDA(cudaDeviceSynchronize());
+  SYNCOPT_CHECK_CUDA(cudaMemcpy(h.data(), d.get(), d.nbytes(), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+std::unique_ptr<nn::Backend> gpu_backend() { return cu::make_cuda_backend(1, cu::pick_device(0)); }
+
+}  // namespace
+
+// ---- the hand-written kernels --------------------------------------------
+
+TEST_CASE("cuda kernels: bias+relu forward, relu and bias backward", "[cuda][kernels]") {
+  const int n = 5, c = 7, hw = 13;
+  const std::size_t total = static_cast<std::size_t>(n) * c * hw;
+  const auto y0 = normal_floats(total, 1), bias = normal_floats(c, 2), dy = normal_floats(total, 3);
+  for (const bool relu : {false, true}) {
+    std::vector<float> ref(total);
+    for (std::size_t i = 0; i < total; ++i) {
+      const float v = y0[i] + bias[(i / hw) % c];
+      ref[i] = relu ? std::max(v, 0.0f) : v;
+    }
+    auto d_y = to_device(y0);
+    auto d_b = to_device(bias);
+    cu::bias_act_forward(d_y.get(), d_b.get(), n, c, hw, relu, nullptr);
+    CHECK(rel_err(to_host(d_y), ref) < 1e-6);
+  }
+  std::vector<float> ref_dx(total);
+  nn::ops::relu_backward(y0.data(), dy.data(), static_cast<std::int64_t>(total), ref_dx.data());
+  auto d_y = to_device(y0);
+  auto d_dy = to_device(dy);
+  cu::DeviceBuffer<float> d_dx(total);
+  cu::relu_backward(d_y.get(), d_dy.get(), total, d_dx.get(), nullptr);
+  CHECK(rel_err(to_host(d_dx), ref_dx) == 0.0);
+
+  std::vector<float> ref_db(c, 0.0f);
+  for (int img = 0; img < n; ++img) {
+    for (int ch = 0; ch < c; ++ch) {
+      double s = 0.0;
+      for (int p = 0; p < hw; ++p) s += dy[(static_cast<std::size_t>(img) * c + ch) * hw + p];
+      ref_db[ch] += static_cast<float>(s);
+    }
+  }
+  cu::DeviceBuffer<float> d_db(c);
+  cu::bias_backward(d_dy.get(), n, c, hw, d_db.get(), nullptr);
+  CHECK(rel_err(to_host(d_db), ref_db) < 1e-5);
+}
+
+TEST_CASE("cuda kernels: weight norm forward and backward", "[cuda][kernels]") {
+  const int units = 37, fan_in = 300;  // fan_in not a multiple of the block
+  const std::size_t wn = static_cast<std::size_t>(units) * fan_in;
+  const auto v = normal_floats(wn, 4), g = normal_floats(units, 5), dw = normal_floats(wn, 6);
+  std::vector<float> w(wn), norm(units), dv(wn), dg(units);
+  nn::ops::weight_norm_forward(v.data(), g.data(), units, fan_in, w.data(), norm.data());
+  nn::ops::weight_norm_backward(dw.data(), v.data(), g.data(), norm.data(), units, fan_in,
+                                dv.data(), dg.data());
+  auto d_v = to_device(v);
+  auto d_g = to_device(g);
+  auto d_dw = to_device(dw);
+  cu::DeviceBuffer<float> d_w(wn), d_norm(units), d_dv(wn), d_dg(units);
+  cu::weight_norm_forward(d_v.get(), d_g.get(), units, fan_in, d_w.get(), d_norm.get(), nullptr);
+  cu::weight_norm_backward(d_dw.get(), d_v.get(), d_g.get(), d_norm.get(), units, fan_in,
+                           d_dv.get(), d_dg.get(), nullptr);
+  CHECK(rel_err(to_host(d_w), w) < 1e-6);
+  CHECK(rel_err(to_host(d_norm), norm) < 1e-6);
+  CHECK(rel_err(to_host(d_dv), dv) < 1e-5);
+  CHECK(rel_err(to_host(d_dg), dg) < 1e-5);
+}
+
+TEST_CASE("cuda kernels: softmax cross-entropy, and a bad label is flagged", "[cuda][kernels]") {
+  const int batch = 300, classes = 10;
+  const auto logits = normal_floats(static_cast<std::size_t>(batch) * classes, 7, 3.0f);
+  auto labels = labels_for(batch, classes, 8);
+  std::vector<float> dref(logits.size());
+  const double ref = nn::ops::softmax_cross_entropy(logits.data(), labels.data(), batch, classes,
+                                                    dref.data());
+  auto d_z = to_device(logits);
+  auto d_y = to_device(labels);
+  cu::DeviceBuffer<double> d_loss(batch);
+  cu::DeviceBuffer<float> d_dz(logits.size());
+  cu::DeviceBuffer<int> d_bad(1);
+  SYNCOPT_CHECK_CUDA(cudaMemset(d_bad.get(), 0, sizeof(int)));
+  cu::softmax_cross_entropy(d_z.get(), d_y.get(), batch, classes, d_loss.get(), d_dz.get(),
+                            d_bad.get(), nullptr);
+  const auto loss = to_host(d_loss);
+  double total = 0.0;
+  for (double l : loss) total += l;
+  CHECK(std::fabs(total / batch - ref) < 1e-9 * std::max(1.0, ref));
+  CHECK(rel_err(to_host(d_dz), dref) < 1e-6);
+  CHECK(to_host(d_bad)[0] == 0);
+
+  labels[17] = classes;  // out of range
+  auto d_y2 = to_device(labels);
+  cu::softmax_cross_entropy(d_z.get(), d_y2.get(), batch, classes, d_loss.get(), nullptr,
+                            d_bad.get(), nullptr);
+  CHECK(to_host(d_bad)[0] == 1);
+}
+
+TEST_CASE("cuda kernels: SGD, RMSProp and EMA equal syncopt::optim", "[cuda][kernels][optim]") {
+  const std::size_t n = 100003;
+  for (const char* name : {"sgd", "rmsprop"}) {
+    DYNAMIC_SECTION(name) {
+      optim::OptimizerOptions opt;
+      opt.name = name;
+      opt.momentum = 0.9;
+      opt.rms_decay = 0.9;
+      opt.eps = 1e-8;
+      opt.weight_decay = 1e-4;
+      optim::Optimizer cpu(opt, n);
+      auto p_cpu = normal_floats(n, 10);
+      auto d_p = to_device(p_cpu);
+      cu::DeviceBuffer<float> d_mom(n), d_ms(n);
+      SYNCOPT_CHECK_CUDA(cudaMemset(d_mom.get(), 0, d_mom.nbytes()));
+      d_ms = to_device(std::vector<float>(n, 1.0f));  // TF starts the mean square at 1
+      for (int step = 0; step < 5; ++step) {
+        const auto grad = normal_floats(n, 20 + step);
+        const float lr = 0.05f / static_cast<float>(step + 1);
+        cpu.step(p_cpu.data(), grad.data(), lr);
+        auto d_g = to_device(grad);
+        if (opt.name == "sgd") {
+          cu::sgd_step(d_p.get(), d_g.get(), d_mom.get(), n, lr, 0.9f, 1e-4f, nullptr);
+        } else {
+          cu::rmsprop_step(d_p.get(), d_g.get(), d_ms.get(), d_mom.get(), n, lr, 0.9f, 0.9f, 1e-8f,
+                           1e-4f, nullptr);
+        }
+      }
+      CHECK(rel_err(to_host(d_p), p_cpu) < 1e-6);
+      CHECK(rel_err(to_host(d_mom), cpu.momentum_buffer()) < 1e-5);
+    }
+  }
+  const auto p0 = normal_floats(n, 30);
+  optim::Ema ema(0.999, p0.data(), n);
+  auto d_avg = to_device(p0);
+  for (std::uint64_t t = 0; t < 20; ++t) {
+    const auto p = normal_floats(n, 40 + t);
+    ema.update(p.data());
+    auto d_pt = to_device(p);
+    cu::ema_update(d_avg.get(), d_pt.get(), n, cu::ema_alpha(0.999, t), nullptr);
+  }
+  const auto avg = to_host(d_avg);
+  CHECK(rel_err(avg.data(), ema.data(), 0, n) < 1e-6);
+}
+
+// ---- whole models against the CPU backend --------------------------------
+
+namespace {
+
+struct ModelCase {
+  const char* label;
+  nn::ModelSpec spec;
+  int batch;
+};
+
+std::vector<ModelCase> model_cases() {
+  std::vector<ModelCase> cases;
+  nn::ModelSpec s;
+  s.name = "logreg";
+  s.weight_norm = false;
+  cases.push_back({"logreg (fc + loss)", s, 33});
+  s.name = "mlp";
+  s.mlp_hidden = 64;
+  cases.push_back({"mlp (fc + relu)", s, 16});
+  s.weight_norm = true;
+  cases.push_back({"mlp with weight norm", s, 16});
+  s.name = "cnn";
+  cases.push_back({"cnn (conv, pool, weight norm)", s, 24});
+  s.weight_norm = false;
+  cases.push_back({"cnn without weight norm", s, 8});
+  s.weight_norm = true;
+  s.channels = 3;
+  s.height = 15;  // odd sizes: the pools drop a row / column
+  s.width = 13;
+  s.classes = 7;
+  cases.push_back({"cnn 3x15x13, 7 classes", s, 5});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("cuda backend: predict and train_step equal the CPU backend", "[cuda][model]") {
+  auto cpu_backend = nn::make_backend("cpu", 1);
+  auto gpu = gpu_backend();
+  REQUIRE(gpu->name() == "cuda");
+  for (const ModelCase& mc : model_cases()) {
+    DYNAMIC_SECTION(mc.label) {
+      const nn::ParamLayout layout = nn::param_layout(mc.spec);
+      std::vector<float> params(layout.count);
+      nn::init_params(mc.spec, layout, params.data(), 42);
+      // Perturb the biases and gains so that none of them is trivially 0 / ||v||.
+      const auto noise = normal_floats(layout.count, 43, 0.05f);
+      for (std::size_t i = 0; i < layout.count; ++i) params[i] += noise[i];
+      const std::size_t per =
+          static_cast<std::size_t>(mc.spec.channels) * mc.spec.height * mc.spec.width;
+      const auto images = normal_floats(per * mc.batch, 44);
+      const auto labels = labels_for(mc.batch, mc.spec.classes, 45);
+      auto net_cpu = cpu_backend->make_network(mc.spec, mc.batch + 3);
+      auto net_gpu = gpu->make_network(mc.spec, mc.batch + 3);
+      REQUIRE(net_gpu->max_batch() == mc.batch + 3);
+
+      const std::size_t nlogits = static_cast<std::size_t>(mc.batch) * mc.spec.classes;
+      std::vector<float> z_cpu(nlogits), z_gpu(nlogits);
+      net_cpu->predict(params.data(), images.data(), mc.batch, z_cpu.data());
+      net_gpu->predict(params.data(), images.data(), mc.batch, z_gpu.data());
+      CHECK(rel_err(z_gpu, z_cpu) < 1e-4);
+
+      std::vector<float> g_cpu(layout.count), g_gpu(layout.count, 123.0f);
+      const float l_cpu =
+          net_cpu->train_step(params.data(), images.data(), labels.data(), mc.batch, g_cpu.data());
+      const float l_gpu =
+          net_gpu->train_step(params.data(), images.data(), labels.data(), mc.batch, g_gpu.data());
+      CHECK(std::fabs(l_gpu - l_cpu) <= 1e-4f * std::max(1.0f, std::fabs(l_cpu)));
+      for (const nn::ParamView& v : layout.views) {
+        INFO("gradient of " << v.name);
+        CHECK(rel_err(g_gpu.data(), g_cpu.data(), v.offset, v.offset + v.count) < 2e-4);
+      }
+      // A smaller batch reuses the buffers with another plan; grad is
+      // overwritten, not accumulated.
+      const int small = std::max(1, mc.batch / 3);
+      net_cpu->train_step(params.data(), images.data(), labels.data(), small, g_cpu.data());
+      net_gpu->train_step(params.data(), images.data(), labels.data(), small, g_gpu.data());
+      CHECK(rel_err(g_gpu, g_cpu) < 2e-4);
+    }
+  }
+}
+
+TEST_CASE("cuda backend: SGD training follows the CPU backend", "[cuda][model][train]") {
+  nn::ModelSpec spec;  // the reference CNN with weight norm
+  const int batch = 32, steps = 8;
+  const nn::ParamLayout layout = nn::param_layout(spec);
+  std::vector<float> init(layout.count);
+  nn::init_params(spec, layout, init.data(), 7);
+  // One batch, seen every step: the network can memorise it, so the loss
+  // must fall.
+  const auto images = normal_floats(std::size_t{28 * 28} * batch, 8, 0.5f);
+  const auto labels = labels_for(batch, spec.classes, 9);
+  auto train = [&](nn::Backend& backend, std::vector<float>& losses) {
+    auto net = backend.make_network(spec, batch);
+    std::vector<float> p = init, g(layout.count);
+    optim::OptimizerOptions opt;
+    optim::Optimizer sgd(opt, layout.count);
+    for (int s = 0; s < steps; ++s) {
+      losses.push_back(net->train_step(p.data(), images.data(), labels.data(), batch, g.data()));
+      sgd.step(p.data(), g.data(), 0.05f);  // 2.32 -> 1.68 on the CPU
+    }
+    return p;
+  };
+  std::vector<float> loss_cpu, loss_gpu;
+  auto cpu_backend = nn::make_backend("cpu", 1);
+  auto gpu = gpu_backend();
+  const auto p_cpu = train(*cpu_backend, loss_cpu);
+  const auto p_gpu = train(*gpu, loss_gpu);
+  for (int s = 0; s < steps; ++s) {
+    INFO("step " << s << ": cpu loss " << loss_cpu[s] << ", cuda loss " << loss_gpu[s]);
+    CHECK(std::fabs(loss_gpu[s] - loss_cpu[s]) <= 1e-3f * std::max(1.0f, loss_cpu[s]));
+  }
+  CHECK(rel_err(p_gpu, p_cpu) < 1e-3);
+  CHECK(loss_gpu.back() < 0.9f * loss_gpu.front());  // it learns
+}
+
+TEST_CASE("cuda backend: errors", "[cuda][errors]") {
+  auto gpu = gpu_backend();
+  nn::ModelSpec spec;
+  spec.name = "mlp";
+  auto net = gpu->make_network(spec, 4);
+  const nn::ParamLayout layout = nn::param_layout(spec);
+  std::vector<float> params(layout.count, 0.01f), grad(layout.count);
+  std::vector<float> images(5 * 28 * 28, 0.5f);
+  std::vector<std::int32_t> labels = {0, 1, 2, 3, 4};
+  CHECK_THROWS_AS(net->train_step(params.data(), images.data(), labels.data(), 5, grad.data()),
+                  syncopt::InternalError);
+  labels[2] = 10;
+  CHECK_THROWS_AS(net->train_step(params.data(), images.data(), labels.data(), 4, grad.data()),
+                  syncopt::DataError);
+  labels[2] = 2;  // the network is usable after a data error
+  CHECK(std::isfinite(net->train_step(params.data(), images.data(), labels.data(), 4, grad.data())));
+  CHECK_THROWS_AS(gpu->make_network(spec, 0), syncopt::ConfigError);
+  CHECK_THROWS_AS(cu::make_cuda_backend(1, cu::device_count()), syncopt::ConfigError);
+  CHECK(cu::pick_device(cu::device_count()) == 0);
+}
+
+int main(int argc, char** argv) {
+  if (cu::device_count() == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  const int failed = Catch::Session().run(argc, argv);
+  return failed == 0 ? 0 : 1;  // never 77 (a skip) by accident
+}
