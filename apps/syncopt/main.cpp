@@ -216,14 +216,16 @@ int main(int argc, char** argv) {
     }
   } catch (const Error& e) {
     code = static_cast<int>(e.code());
-    // Config errors are a pure function of the input, so every rank sees the
-    // same one: rank 0 prints it and all end cleanly. Anything else may have
-    // happened on one rank only, so it ends the whole job.
-    if (mpi.rank() == 0 || e.code() != ExitCode::kConfig) {
+    // A ConfigError is a pure function of the config and the world size, so
+    // every rank raises the same one: rank 0 prints it and all end cleanly.
+    // Anything else may have happened on one rank only (the role loops turn
+    // their config errors into plain Errors), so it ends the whole job.
+    const bool everywhere = dynamic_cast<const ConfigError*>(&e) != nullptr;
+    if (mpi.rank() == 0 || !everywhere) {
       std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(),
                    mpi.host().c_str(), e.what());
     }
-    if (mpi.size() > 1 && e.code() != ExitCode::kConfig) MPI_Abort(MPI_COMM_WORLD, code);
+    if (mpi.size() > 1 && !everywhere) MPI_Abort(MPI_COMM_WORLD, code);
   } catch (const std::exception& e) {
     code = static_cast<int>(ExitCode::kInternal);
     std::fprintf(stderr, "\nsyncopt: internal error (rank %d on %s): %s\n", mpi.rank(),

@@ -30,6 +30,7 @@ const char* kind_name(std::uint16_t kind);
 inline constexpr int kTagToShard = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagToEvaluator = 13;
+inline constexpr int kTagEvalNotice = 14;  // shard -> evaluator: training has ended
 
 struct MsgHeader {
   std::uint32_t magic = kMagic;

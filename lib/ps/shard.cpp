@@ -2,6 +2,8 @@
 #include "ps/shard.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <list>
 #include <memory>
 
@@ -83,9 +85,11 @@ ShardResult run_shard(const ShardSetup& st) {
   const double per_update = sync_like || mode == Mode::kSoftsync
                                 ? static_cast<double>(static_cast<std::uint64_t>(roles.n) * batch)
                                 : static_cast<double>(batch);
-  const optim::ScheduleOptions sched = optim::schedule_options(
-      cfg.optim, static_cast<double>(st.total_steps) * per_update / st.train_count,
-      st.lr_multiplier);
+  const double run_epochs =
+      st.target_examples > 0 ? static_cast<double>(st.target_examples) / st.train_count
+                             : static_cast<double>(st.total_steps) * per_update / st.train_count;
+  const optim::ScheduleOptions sched =
+      optim::schedule_options(cfg.optim, run_epochs, st.lr_multiplier);
 
   // Receives: one per worker on the data communicator, one for the evaluator.
   const bool has_eval = roles.evaluator_rank >= 0;
@@ -138,6 +142,8 @@ ShardResult run_shard(const ShardSetup& st) {
   std::vector<MPI_Request> stop_sends;
   Message eval_out(2 * count);
   MPI_Request eval_send = MPI_REQUEST_NULL;
+  Message eval_notice(0);
+  MPI_Request eval_notice_send = MPI_REQUEST_NULL;
 
   struct Pending {
     bool waiting = false;
@@ -150,7 +156,15 @@ ShardResult run_shard(const ShardSetup& st) {
   bool eval_done = !has_eval;
   bool eval_waiting = false;
   std::uint64_t eval_version = 0;
-  bool finished = st.total_steps == 0;
+  // Done after train.steps updates, or after train.epochs of accepted
+  // examples (timeout mode's updates carry fewer than N gradients, so the
+  // count of updates alone would end it early).
+  auto done_training = [&](std::uint64_t version, std::uint64_t examples_so_far) {
+    return st.target_examples > 0 ? examples_so_far >= st.target_examples
+                                  : version >= st.total_steps;
+  };
+  bool finished = done_training(0, 0);
+  double last_inline_eval_s = 0.0;
   ShardResult result;
   std::uint64_t examples = 0;
 
@@ -209,11 +223,20 @@ ShardResult run_shard(const ShardSetup& st) {
       const double epoch = static_cast<double>(examples) / st.train_count;
       const auto lr = static_cast<float>(optim::learning_rate(sched, epoch));
       StepRecord rec = core.apply(mean.data(), st.now());
+      if (!std::isfinite(rec.loss)) {
+        throw Error(ExitCode::kInternal,
+                    "training diverged: the mean loss of update " + std::to_string(rec.step) +
+                        " at shard " + std::to_string(self) + " is " + std::to_string(rec.loss) +
+                        " (lr " + std::to_string(lr) +
+                        "); lower optim.lr (asynchronous modes need a smaller one than sync: "
+                        "each update is one worker's batch, and stale)");
+      }
       opt.step(theta.data(), mean.data(), lr);
       if (use_ema) ema.update(theta.data());
       examples += static_cast<std::uint64_t>(used) * batch;
       rec.lr = lr;
       rec.t_apply = st.now();
+      core.set_step_start(rec.t_apply);
       current = nullptr;  // parameters changed: next reply publishes anew
       const auto json = to_json(rec, self);
       if (st.steps_log != nullptr) {
@@ -222,11 +245,29 @@ ShardResult run_shard(const ShardSetup& st) {
         result.records += json.dump();
         result.records += '\n';
       }
-      if (core.version() >= st.total_steps) finished = true;
+      finished = done_training(core.version(), examples);
+      if (finished && has_eval) {
+        // Wake the evaluator from its wait: training has ended.
+        auto& h = eval_notice.header();
+        h = comm::MsgHeader{};
+        h.kind = static_cast<std::uint16_t>(Kind::kStop);
+        h.sender = static_cast<std::uint32_t>(self);
+        h.shard = static_cast<std::uint32_t>(self);
+        h.param_version = core.version();
+        SYNCOPT_CHECK_MPI(MPI_Isend(eval_notice.data(), Message::wire_bytes(0), MPI_BYTE,
+                                    roles.evaluator_rank, comm::kTagEvalNotice, st.ctrl_comm,
+                                    &eval_notice_send));
+      }
       if (st.on_update) st.on_update(core.version(), examples, rec.loss);
-      if (st.inline_eval && st.inline_eval_every > 0 &&
-          core.version() % st.inline_eval_every == 0 && !finished) {
-        st.inline_eval(core.version(), examples, theta.data(), use_ema ? ema.data() : theta.data());
+      if (st.inline_eval && !finished) {
+        const bool by_steps = st.inline_eval_every > 0 && core.version() % st.inline_eval_every == 0;
+        const bool by_time = st.inline_eval_every_s > 0.0 &&
+                             st.now() - last_inline_eval_s >= st.inline_eval_every_s;
+        if (by_steps || by_time) {
+          st.inline_eval(core.version(), examples, theta.data(),
+                         use_ema ? ema.data() : theta.data());
+          last_inline_eval_s = st.now();
+        }
       }
       applied = true;
     }
@@ -236,10 +277,19 @@ ShardResult run_shard(const ShardSetup& st) {
 
   comm::IdleBackoff backoff;
   std::vector<MPI_Status> statuses;
+  std::mt19937_64 rng(cfg.run.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(self));
   while (done_workers < K || !eval_done) {
     bool progressed = false;
     const auto completed = comm::test_some(reqs, statuses);
-    for (std::size_t j = 0; j < completed.size(); ++j) {
+    // Receives that completed together arrived in an order MPI does not
+    // tell; take them in a seeded random order, so that the first-N cutoff
+    // does not favour low worker numbers, and stamp them all with the time
+    // they were seen.
+    const double seen = st.now();
+    std::vector<std::size_t> order(completed.size());
+    for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const std::size_t j : order) {
       const int i = completed[j];
       int bytes = 0;
       MPI_Get_count(&statuses[j], MPI_BYTE, &bytes);
@@ -282,7 +332,7 @@ ShardResult run_shard(const ShardSetup& st) {
         if (finished) {
           ++result.after_end;
         } else {
-          core.on_grad(w, h.param_version, m.payload(), h.loss, h.compute_s, st.now(), h.step_seq);
+          core.on_grad(w, h.param_version, m.payload(), h.loss, h.compute_s, seen, h.step_seq);
         }
       }
       pending[static_cast<std::size_t>(w)] = {true, h.param_version};
@@ -329,9 +379,25 @@ ShardResult run_shard(const ShardSetup& st) {
     }
   }
 
+  if (has_eval && eval_notice_send == MPI_REQUEST_NULL) {
+    // Finished before any update (nothing to train): the evaluator still
+    // counts on one notice from every shard.
+    auto& h = eval_notice.header();
+    h = comm::MsgHeader{};
+    h.kind = static_cast<std::uint16_t>(Kind::kStop);
+    h.sender = static_cast<std::uint32_t>(self);
+    h.shard = static_cast<std::uint32_t>(self);
+    SYNCOPT_CHECK_MPI(MPI_Isend(eval_notice.data(), Message::wire_bytes(0), MPI_BYTE,
+                                roles.evaluator_rank, comm::kTagEvalNotice, st.ctrl_comm,
+                                &eval_notice_send));
+  }
   // Drain: every reply must complete before the buffers go away.
   for (auto& s : snapshots) comm::wait_all(s.sends);
   comm::wait_all(stop_sends);
+  if (eval_notice_send != MPI_REQUEST_NULL) {
+    std::vector<MPI_Request> one{eval_notice_send};
+    comm::wait_all(one);
+  }
   if (eval_send != MPI_REQUEST_NULL) {
     std::vector<MPI_Request> one{eval_send};
     comm::wait_all(one);

@@ -22,7 +22,8 @@ struct ShardSetup {
   int shard = 0;
   train::Slice slice;
   const float* initial = nullptr;   // the slice's initial parameters
-  std::uint64_t total_steps = 0;    // updates to apply
+  std::uint64_t total_steps = 0;    // updates to apply (when target_examples is 0)
+  std::uint64_t target_examples = 0;  // train.epochs in accepted examples (train.steps = 0)
   double train_count = 1.0;         // examples per epoch, for the lr schedule
   double lr_multiplier = 1.0;       // N when optim.scale_lr_by_n
   MPI_Comm data_comm = MPI_COMM_NULL;
@@ -35,6 +36,7 @@ struct ShardSetup {
                      const float* ema)>
       inline_eval;
   std::uint64_t inline_eval_every = 0;
+  double inline_eval_every_s = 0.0;
   // Called after every update (the progress line on rank 0).
   std::function<void(std::uint64_t step, std::uint64_t examples, float loss)> on_update;
 };

@@ -63,6 +63,9 @@ class ShardCore {
   // the version, and returns the finished step record (t_apply = now; lr is
   // filled in by the caller). Requires ready().
   StepRecord apply(float* mean, double now);
+  // The next step starts at `now` (after the optimiser has run), so that a
+  // record's t_apply and the next record's t_start are the same instant.
+  void set_step_start(double now) { m_step_start = now; }
 
   std::uint64_t version() const { return m_version; }
   // Gradients dropped so far, per worker.

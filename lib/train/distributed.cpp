@@ -96,9 +96,30 @@ void run_evaluator(const config::Config& cfg, const Roles& roles,
   double next_time = cfg.eval.every_s;
   comm::IdleBackoff backoff;
   std::vector<MPI_Status> statuses;
+  // Every shard sends one notice when its training ends; a pending receive
+  // for them lets a long eval.every_s wait end at once.
+  std::vector<Message> notices;
+  for (int s = 0; s < S; ++s) notices.emplace_back(0);
+  std::vector<MPI_Request> notice_reqs(static_cast<std::size_t>(S), MPI_REQUEST_NULL);
+  comm::CancelOnExit cancel_notices(notice_reqs);
+  for (int s = 0; s < S; ++s) {
+    SYNCOPT_CHECK_MPI(MPI_Irecv(notices[static_cast<std::size_t>(s)].data(),
+                                notices[static_cast<std::size_t>(s)].max_bytes(), MPI_BYTE, s,
+                                comm::kTagEvalNotice, ctrl,
+                                &notice_reqs[static_cast<std::size_t>(s)]));
+  }
+  auto any_notice = [&] {
+    int flag = 0, index = 0;
+    SYNCOPT_CHECK_MPI(MPI_Testany(S, notice_reqs.data(), &index, &flag, MPI_STATUS_IGNORE));
+    return flag != 0 && index != MPI_UNDEFINED;
+  };
+  bool ended = false;
   for (;;) {
     if (cfg.eval.every_s > 0.0 && cfg.eval.every_steps == 0) {
-      comm::sleep_s(next_time - run_now());
+      while (!ended && run_now() < next_time) {
+        ended = any_notice();
+        comm::sleep_s(std::min(0.05, next_time - run_now()));
+      }
       next_time = run_now() + cfg.eval.every_s;
     }
     std::vector<MPI_Request> recv(static_cast<std::size_t>(S)), send(static_cast<std::size_t>(S));
@@ -149,6 +170,7 @@ void run_evaluator(const config::Config& cfg, const Roles& roles,
                  100 * avg.accuracy);
     if (cfg.eval.every_steps > 0) want = version + static_cast<std::uint64_t>(cfg.eval.every_steps);
   }
+  comm::wait_all(notice_reqs);
   std::vector<MPI_Request> bye(static_cast<std::size_t>(S));
   for (int s = 0; s < S; ++s) {
     auto& h = out[static_cast<std::size_t>(s)].header();
@@ -195,6 +217,7 @@ AllreduceOut run_allreduce(const config::Config& cfg, const Roles& roles, int ra
   // NCCL on GPUs (every rank its own device), MPI_Allreduce otherwise.
   const auto device_reduce = nn::make_device_allreduce(cfg.compute.backend, comm);
   std::vector<double> mine(3), all(static_cast<std::size_t>(3 * W));
+  double last_eval_s = 0.0;
   for (std::uint64_t step = 1; step <= total_steps; ++step) {
     const double t_start = run_now();
     loader.next();
@@ -234,8 +257,11 @@ AllreduceOut run_allreduce(const config::Config& cfg, const Roles& roles, int ra
     progress->update(static_cast<std::int64_t>(step), static_cast<double>(out.examples) / train_count,
                      loss_sum / W, static_cast<double>(out.examples) / std::max(1e-9, run_now()),
                      run_now());
-    if (cfg.eval.every_steps > 0 && step % static_cast<std::uint64_t>(cfg.eval.every_steps) == 0 &&
-        step != total_steps) {
+    const bool by_steps =
+        cfg.eval.every_steps > 0 && step % static_cast<std::uint64_t>(cfg.eval.every_steps) == 0;
+    const bool by_time = cfg.eval.every_s > 0.0 && run_now() - last_eval_s >= cfg.eval.every_s;
+    if ((by_steps || by_time) && step != total_steps) {
+      last_eval_s = run_now();
       const EvalResult raw = evaluate(net, out.theta.data(), test);
       const EvalResult avg = use_ema ? evaluate(net, ema.data(), test) : raw;
       write_eval(*eval_log, step, run_now(), out.examples, train_count, raw, avg);
@@ -305,9 +331,13 @@ DistributedResult run_distributed(const config::Config& cfg, bool quiet) {
   std::unique_ptr<worker::StragglerModel> stragglers;
   agree(ctrl, [&] {
     data = data::load(load_options(cfg));
-    if (data.train.count < cfg.train.batch) {
-      throw ConfigError("train.batch = " + std::to_string(cfg.train.batch) + " is larger than the " +
-                        std::to_string(data.train.count) + " training examples");
+    if (data.train.count < std::max<std::int64_t>(cfg.train.batch, roles.workers)) {
+      throw ConfigError("the " + std::to_string(data.train.count) +
+                        " training examples cannot feed train.batch = " +
+                        std::to_string(cfg.train.batch) + " on each of " +
+                        std::to_string(roles.workers) +
+                        " workers (each needs its own shard of at least one example); raise "
+                        "data.limit_train or use fewer ranks");
     }
     stragglers = std::make_unique<worker::StragglerModel>(cfg.stragglers);
   });
@@ -374,6 +404,7 @@ DistributedResult run_distributed(const config::Config& cfg, bool quiet) {
                              quiet || rank != 0);
   std::vector<float> my_theta, my_ema;
   std::uint64_t examples = 0;
+  try {
   if (!ps_mode) {
     AllreduceOut out = run_allreduce(cfg, roles, rank, *net, data.train, data.test, init.data(),
                                      layout.count, total_steps, lr_multiplier, *stragglers,
@@ -391,6 +422,10 @@ DistributedResult run_distributed(const config::Config& cfg, bool quiet) {
     st.slice = slices[static_cast<std::size_t>(rank)];
     st.initial = init.data() + st.slice.offset;
     st.total_steps = total_steps;
+    if (cfg.train.steps == 0) {
+      st.target_examples =
+          static_cast<std::uint64_t>(std::ceil(cfg.train.epochs * train_count));
+    }
     st.train_count = train_count;
     st.lr_multiplier = lr_multiplier;
     st.data_comm = data_comm.get();
@@ -402,9 +437,10 @@ DistributedResult run_distributed(const config::Config& cfg, bool quiet) {
         progress.update(static_cast<std::int64_t>(step), static_cast<double>(ex) / train_count,
                         loss, static_cast<double>(ex) / std::max(1e-9, run_now()), run_now());
       };
-      if (roles.evaluator_rank < 0 && cfg.eval.every_steps > 0) {
+      if (roles.evaluator_rank < 0 && (cfg.eval.every_steps > 0 || cfg.eval.every_s > 0.0)) {
         // One shard, no evaluator: evaluate here, stalling this step (logged).
         st.inline_eval_every = static_cast<std::uint64_t>(cfg.eval.every_steps);
+        st.inline_eval_every_s = cfg.eval.every_s;
         st.inline_eval = [&](std::uint64_t step, std::uint64_t ex, const float* theta,
                              const float* ema) {
           const double t0 = run_now();
@@ -442,6 +478,11 @@ DistributedResult run_distributed(const config::Config& cfg, bool quiet) {
     const auto wr = worker::run_worker(ws);
     spdlog::debug("worker {}: {} gradients, compute {:.2f}s, delay {:.2f}s, waiting {:.2f}s",
                   ws.worker, wr.gradients, wr.compute_s, wr.delay_s, wr.wait_s);
+  }
+  } catch (const ConfigError& e) {
+    // Raised on this rank alone, inside a role loop: the others may be
+    // waiting for it, so it must end the job (main aborts on a plain Error).
+    throw Error(ExitCode::kConfig, e.what());
   }
   progress.finish();
   const double wall_s = run_now();

@@ -46,6 +46,15 @@ StragglerModel::StragglerModel(const config::StragglerConfig& cfg) : m_cfg(cfg),
   std::ifstream in(path);
   std::string line;
   std::int64_t lineno = 0;
+  // steps.jsonl: a late gradient is recorded in a later step than the one
+  // it was computed for; its delay is the time since its own version began.
+  struct Arrival {
+    int worker;
+    std::uint64_t version;
+    double at;  // run time
+  };
+  std::vector<Arrival> arrivals;
+  std::map<std::uint64_t, double> starts;  // version -> run time it began
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty() || line[0] == '#') continue;
@@ -55,8 +64,11 @@ StragglerModel::StragglerModel(const config::StragglerConfig& cfg) : m_cfg(cfg),
         rec = nlohmann::json::parse(line);
         // One shard's records suffice: the arrivals of every worker.
         if (rec.value("shard", 0) != 0) continue;
+        const double t_start = rec.at("t_start").get<double>();
+        starts[rec.at("version").get<std::uint64_t>()] = t_start;
         for (const auto& g : rec.at("grads")) {
-          m_trace[g.at("worker").get<int>()].push_back(g.at("arrival_s").get<double>());
+          arrivals.push_back({g.at("worker").get<int>(), g.at("version").get<std::uint64_t>(),
+                              t_start + g.at("arrival_s").get<double>()});
         }
       } catch (const std::exception& e) {
         throw DataError(path + ":" + std::to_string(lineno) +
@@ -75,6 +87,10 @@ StragglerModel::StragglerModel(const config::StragglerConfig& cfg) : m_cfg(cfg),
       }
       m_trace[w].push_back(t);
     }
+  }
+  for (const Arrival& a : arrivals) {
+    const auto it = starts.find(a.version);
+    if (it != starts.end()) m_trace[a.worker].push_back(a.at - it->second);
   }
   if (m_trace.empty()) {
     throw DataError("stragglers.trace = \"" + path + "\": no arrival times found in the file");

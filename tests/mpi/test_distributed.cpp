@@ -198,6 +198,11 @@ TEST_CASE("a layout that does not fit the world is one config error on every ran
     ++count;
   }
   CHECK(count == 1);
+  // Too little data for the workers: caught before the roles start, on every rank.
+  const Result small = run_mpi(6, job(dir, "small", "--set train.mode=sync --set train.batch=1 "
+                                                   "--set data.synthetic_train=3"), 60);
+  CHECK(small.code == 78);
+  CHECK(small.output.find("cannot feed") != std::string::npos);
   const Result dry = run_mpi(7, job(dir, "dry", "--set train.mode=sync --set cluster.evaluator=true --dry-run"), 60);
   CHECK(dry.code == 0);
   CHECK(dry.output.find("rank 1: evaluator") != std::string::npos);
