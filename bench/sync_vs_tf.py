@@ -163,10 +163,18 @@ def main():
             m, _, _ = stats(r["dt"])
             c = r["compute_time_p50_s"]
             print(f"\n2. overhead, no stragglers, batch 128, sync N=4 b=1, {args.steps} updates")
+            ap_ = r.get("apply_time_p50_s", 0.0)
+            kth = r["time_to_kth_median_s"]
             print(f"   median step time {m:.4f} s, median worker compute {c:.4f} s, ratio {m / c:.3f}")
+            print(f"   where it goes (medians): the 4th gradient reaches the PS {kth[3]:.4f} s after "
+                  f"the step starts (parameters to the workers, compute, gradient back, and the "
+                  f"wait for the 4th fastest of 5: {kth[3] - c:.4f} s beyond the median compute); "
+                  f"aggregation + optimiser + EMA at the PS {ap_:.4f} s")
             if r["ps_cpu_share"] is not None:
                 print(f"   parameter server CPU share over the run: {100 * r['ps_cpu_share']:.1f}% of one core")
             figures["overhead"] = {"median_step_s": m, "median_compute_s": c, "ratio": m / c,
+                                   "apply_s": r.get("apply_time_p50_s"),
+                                   "nth_gradient_s": r["time_to_kth_median_s"][3],
                                    "ps_cpu_share": r["ps_cpu_share"]}
         if "tf" not in skip:
             try:

@@ -55,7 +55,7 @@ RunAnalysis analyze(const std::vector<json>& steps, const RunInfo& info) {
             [](const json* a, const json* b) { return (*a)["step"] < (*b)["step"]; });
 
   // Step times at shard 0: between consecutive updates.
-  std::vector<double> step_times, compute;
+  std::vector<double> step_times, compute, apply_times;
   double prev_apply = -1.0;
   std::map<std::uint64_t, double> start_of_version;
   for (const json* r : shard0) {
@@ -64,9 +64,16 @@ RunAnalysis analyze(const std::vector<json>& steps, const RunInfo& info) {
     step_times.push_back(t_apply - (prev_apply < 0.0 ? t_start : prev_apply));
     prev_apply = t_apply;
     start_of_version[(*r)["version"].get<std::uint64_t>()] = t_start;
+    double last_accepted = -1.0;
     for (const auto& g : (*r)["grads"]) {
       if (g.contains("compute_s")) compute.push_back(g["compute_s"].get<double>());
+      if (g["accepted"].get<bool>()) {
+        last_accepted = std::max(last_accepted, g["arrival_s"].get<double>());
+      }
     }
+    // From the last gradient used to the update being done: aggregation and
+    // the optimiser (and, at shard 0 without an evaluator, nothing else).
+    if (last_accepted >= 0.0) apply_times.push_back(t_apply - t_start - last_accepted);
   }
 
   // Time to the k-th gradient computed on a version, from that version's
@@ -157,6 +164,7 @@ RunAnalysis analyze(const std::vector<json>& steps, const RunInfo& info) {
       {"step_time_p90_s", percentile(step_times, 90)},
       {"step_time_max_s", step_times.empty() ? 0.0 : *std::max_element(step_times.begin(), step_times.end())},
       {"compute_time_p50_s", percentile(compute, 50)},
+      {"apply_time_p50_s", percentile(apply_times, 50)},
       {"drops_per_worker", drops0},
       {"drops_per_worker_all_shards", drops_all},
       {"accepted_per_worker", accepted0},
@@ -209,9 +217,11 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals)
                 s["epochs"].get<double>());
   os << buf;
   std::snprintf(buf, sizeof(buf),
-                "step time (s): p50 %.4f  p90 %.4f  max %.4f   worker compute p50 %.4f\n",
+                "step time (s): p50 %.4f  p90 %.4f  max %.4f   worker compute p50 %.4f   "
+                "aggregate+apply p50 %.4f\n",
                 s["step_time_p50_s"].get<double>(), s["step_time_p90_s"].get<double>(),
-                s["step_time_max_s"].get<double>(), s["compute_time_p50_s"].get<double>());
+                s["step_time_max_s"].get<double>(), s["compute_time_p50_s"].get<double>(),
+                s.value("apply_time_p50_s", 0.0));
   os << buf;
   const auto& mean = s["time_to_kth_mean_s"];
   const auto& med = s["time_to_kth_median_s"];
