@@ -117,7 +117,7 @@ const std::vector<KeySpec>& key_specs() {
       SYNCOPT_KEY(run, seed, no_range(), "0 .. 2^63-1",
                   "Master seed: initialization, data order, augmentation."),
       SYNCOPT_KEY(run, resume, no_range(), "",
-                  "Continue from the last checkpoint in the run directory."),
+                  "Resume from a checkpoint: not implemented yet, true is an error."),
       SYNCOPT_KEY(run, overwrite, no_range(), "",
                   "Replace an existing run directory (never done by default)."),
       SYNCOPT_KEY(run, progress_every_steps, at_least(1), "",
