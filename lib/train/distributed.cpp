@@ -62,19 +62,6 @@ double examples_per_update(const config::Config& cfg, const Roles& roles) {
   return static_cast<double>(roles.n) * b;  // sync, timeout (at most), softsync, allreduce
 }
 
-void write_eval(metrics::JsonlWriter& log, std::uint64_t step, double wall, std::uint64_t examples,
-                double train_count, const EvalResult& raw, const EvalResult& avg) {
-  log.write({{"step", step},
-             {"wall_s", wall},
-             {"examples", examples},
-             {"epoch", static_cast<double>(examples) / train_count},
-             {"test_loss", raw.loss},
-             {"test_acc", raw.accuracy},
-             {"test_loss_ema", avg.loss},
-             {"test_acc_ema", avg.accuracy}});
-  log.flush();
-}
-
 // The evaluator rank: pulls theta and the EMA from every shard at the
 // configured interval and evaluates them without stalling training.
 void run_evaluator(const config::Config& cfg, const Roles& roles,

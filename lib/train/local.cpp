@@ -53,6 +53,20 @@ EvalResult evaluate(nn::Network& net, const float* params, const data::Dataset& 
   return r;
 }
 
+void write_eval(metrics::JsonlWriter& log, std::uint64_t step, double wall_s,
+                std::uint64_t examples, double train_count, const EvalResult& raw,
+                const EvalResult& avg) {
+  log.write({{"step", step},
+             {"wall_s", wall_s},
+             {"examples", examples},
+             {"epoch", static_cast<double>(examples) / train_count},
+             {"test_loss", raw.loss},
+             {"test_acc", raw.accuracy},
+             {"test_loss_ema", avg.loss},
+             {"test_acc_ema", avg.accuracy}});
+  log.flush();
+}
+
 nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train) {
   nn::ModelSpec spec;
   spec.name = cfg.model.name;
@@ -143,15 +157,8 @@ LocalResult run_local(const config::Config& cfg, bool quiet) {
     eval_s += seconds_since(t0);
     const double wall = seconds_since(t_run);
     last_eval_wall = wall;
-    eval_log.write({{"step", step},
-                    {"wall_s", wall},
-                    {"examples", examples},
-                    {"epoch", static_cast<double>(examples) / train_count},
-                    {"test_loss", raw.loss},
-                    {"test_acc", raw.accuracy},
-                    {"test_loss_ema", avg.loss},
-                    {"test_acc_ema", avg.accuracy}});
-    eval_log.flush();
+    write_eval(eval_log, static_cast<std::uint64_t>(step), wall,
+               static_cast<std::uint64_t>(examples), train_count, raw, avg);
     char line[160];
     std::snprintf(line, sizeof(line), "eval step %lld epoch %.2f: test_acc %.2f%%  ema %.2f%%  "
                   "test_loss %.4f",

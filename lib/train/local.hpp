@@ -8,6 +8,7 @@
 
 #include "config/config.hpp"
 #include "data/dataset.hpp"
+#include "metrics/records.hpp"
 #include "nn/backend.hpp"
 
 namespace syncopt::train {
@@ -20,6 +21,11 @@ struct EvalResult {
 // Mean cross-entropy and accuracy of `params` on all of `data`, in batches of
 // at most net.max_batch(). `logits` is scratch.
 EvalResult evaluate(nn::Network& net, const float* params, const data::Dataset& data);
+
+// One eval.jsonl record: test loss and accuracy of theta and of its EMA.
+void write_eval(metrics::JsonlWriter& log, std::uint64_t step, double wall_s,
+                std::uint64_t examples, double train_count, const EvalResult& raw,
+                const EvalResult& avg);
 
 // The model spec for a config and the data's image shape.
 nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train);
