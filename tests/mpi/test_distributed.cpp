@@ -35,18 +35,23 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_CASE("sync applies exactly N fresh gradients and drops the slow worker's", "[mpi][sync]") {
   const auto dir = temp_dir("exact");
-  // 1 PS + 4 workers, N = 3, b = 1; worker 3 waits 25 ms after every
-  // gradient, longer than a step of the others (an MLP), so it is always late.
+  // 1 PS + 4 workers, N = 3, b = 1; worker 3 waits 150 ms after every
+  // gradient, far longer than a step of the others (an MLP, a few ms), so it
+  // is always late once they are warm. The first steps are excluded from
+  // that claim: process start-up and the first oneDNN kernels can make a
+  // fast worker slower than 150 ms on a loaded machine, and then the
+  // "slow" one is legitimately among the first N.
+  constexpr std::size_t kWarmup = 5;
   const Result r = run_mpi(5, job(dir, "exact",
                                   "--set train.mode=sync --set train.backups=1 --set "
-                                  "train.steps=60 --set model.name=mlp --set "
+                                  "train.steps=250 --set model.name=mlp --set "
                                   "stragglers.model=fixed --set stragglers.workers=[3] "
-                                  "--set stragglers.mean_ms=25"));
+                                  "--set stragglers.mean_ms=150"));
   INFO(r.output);
   REQUIRE(r.code == 0);
   const auto steps = read_jsonl(dir / "exact" / "steps.jsonl");
-  REQUIRE(steps.size() == 60);
-  std::int64_t slow_seen = 0;
+  REQUIRE(steps.size() == 250);
+  std::int64_t slow_seen = 0, slow_dropped = 0, slow_accepted = 0;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const auto& rec = steps[i];
     CHECK(rec["step"].get<std::uint64_t>() == i + 1);
@@ -55,22 +60,27 @@ TEST_CASE("sync applies exactly N fresh gradients and drops the slow worker's", 
     int accepted = 0;
     for (const auto& g : rec["grads"]) {
       const int w = g["worker"].get<int>();
-      if (w == 3) ++slow_seen;
-      if (!g["accepted"].get<bool>()) continue;
+      const bool acc = g["accepted"].get<bool>();
+      if (w == 3) {
+        ++(acc ? slow_accepted : slow_dropped);
+        if (i >= kWarmup) ++slow_seen;
+      }
+      if (!acc) continue;
       ++accepted;
       CHECK(g["version"] == rec["version"]);  // fresh: computed on this step's version
       CHECK(contributors.insert(w).second);   // no worker twice in a step
-      CHECK(w != 3);                           // the slow worker is never applied
+      if (i >= kWarmup) CHECK(w != 3);         // the slow worker is never applied
     }
     CHECK(accepted == 3);
     CHECK(rec["used"].get<int>() == 3);
   }
-  // Its gradients did reach the shard (so the checks above saw them), and
-  // were counted as drops.
+  // Its gradients did reach the shard after the warm-up (so the checks
+  // above saw them), and every one not applied was counted as a drop.
   CHECK(slow_seen >= 3);
   const auto summary = nlohmann::json::parse(read_text(dir / "exact" / "summary.json"));
-  CHECK(summary["drops_per_worker"][3].get<std::int64_t>() == slow_seen);
-  CHECK(summary["accepted_per_worker"][3].get<std::int64_t>() == 0);
+  CHECK(summary["drops_per_worker"][3].get<std::int64_t>() == slow_dropped);
+  CHECK(summary["accepted_per_worker"][3].get<std::int64_t>() == slow_accepted);
+  CHECK(slow_accepted <= static_cast<std::int64_t>(kWarmup));
   fs::remove_all(dir);
 }
 
