@@ -21,9 +21,9 @@ Role Roles::role_of(int rank) const {
 
 std::string Roles::role_name(int rank) const {
   switch (role_of(rank)) {
-    case Role::kShard: return "ps" + std::to_string(rank);
+    case Role::kShard: return std::string("ps").append(std::to_string(rank));
     case Role::kEvaluator: return "eval";
-    case Role::kWorker: return "w" + std::to_string(worker_of(rank));
+    case Role::kWorker: return std::string("w").append(std::to_string(worker_of(rank)));
   }
   return "?";
 }
