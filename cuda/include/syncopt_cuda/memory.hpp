@@ -12,23 +12,35 @@
 
 namespace syncopt::cuda {
 
-// `count` elements of T in device memory of the current device
-// (uninitialised). count 0 holds no allocation.
-template <class T>
-class DeviceBuffer {
+namespace detail {
+
+// Where an OwnedBuffer's memory comes from.
+struct DeviceMemory {
+  static cudaError_t allocate(void** p, std::size_t nbytes) { return cudaMalloc(p, nbytes); }
+  static void release(void* p) noexcept { (void)cudaFree(p); }
+};
+struct PinnedHostMemory {
+  static cudaError_t allocate(void** p, std::size_t nbytes) { return cudaMallocHost(p, nbytes); }
+  static void release(void* p) noexcept { (void)cudaFreeHost(p); }
+};
+
+// `count` elements of T (uninitialised), move-only, freed by a destructor
+// that never throws. count 0 holds no allocation.
+template <class T, class Memory>
+class OwnedBuffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t count) : m_count(count) {
+  OwnedBuffer() = default;
+  explicit OwnedBuffer(std::size_t count) : m_count(count) {
     if (count > 0) {
-      SYNCOPT_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&m_ptr), count * sizeof(T)));
+      SYNCOPT_CHECK_CUDA(Memory::allocate(reinterpret_cast<void**>(&m_ptr), count * sizeof(T)));
     }
   }
-  ~DeviceBuffer() { release(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept
+  ~OwnedBuffer() { release(); }
+  OwnedBuffer(const OwnedBuffer&) = delete;
+  OwnedBuffer& operator=(const OwnedBuffer&) = delete;
+  OwnedBuffer(OwnedBuffer&& o) noexcept
       : m_ptr(std::exchange(o.m_ptr, nullptr)), m_count(std::exchange(o.m_count, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  OwnedBuffer& operator=(OwnedBuffer&& o) noexcept {
     if (this != &o) {
       release();
       m_ptr = std::exchange(o.m_ptr, nullptr);
@@ -43,51 +55,24 @@ class DeviceBuffer {
 
  private:
   void release() noexcept {
-    if (m_ptr != nullptr) (void)cudaFree(m_ptr);
+    if (m_ptr != nullptr) Memory::release(m_ptr);
     m_ptr = nullptr;
     m_count = 0;
   }
   T* m_ptr = nullptr;
   std::size_t m_count = 0;
 };
+
+}  // namespace detail
+
+// `count` elements of T in device memory of the current device.
+template <class T>
+using DeviceBuffer = detail::OwnedBuffer<T, detail::DeviceMemory>;
 
 // `count` elements of T in page-locked host memory, so that
 // cudaMemcpyAsync from / to it is truly asynchronous.
 template <class T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(std::size_t count) : m_count(count) {
-    if (count > 0) {
-      SYNCOPT_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&m_ptr), count * sizeof(T)));
-    }
-  }
-  ~PinnedBuffer() { release(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : m_ptr(std::exchange(o.m_ptr, nullptr)), m_count(std::exchange(o.m_count, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      release();
-      m_ptr = std::exchange(o.m_ptr, nullptr);
-      m_count = std::exchange(o.m_count, 0);
-    }
-    return *this;
-  }
-
-  T* get() const noexcept { return m_ptr; }
-  std::size_t count() const noexcept { return m_count; }
-
- private:
-  void release() noexcept {
-    if (m_ptr != nullptr) (void)cudaFreeHost(m_ptr);
-    m_ptr = nullptr;
-    m_count = 0;
-  }
-  T* m_ptr = nullptr;
-  std::size_t m_count = 0;
-};
+using PinnedBuffer = detail::OwnedBuffer<T, detail::PinnedHostMemory>;
 
 // A non-blocking stream on the current device (it does not serialise with
 // the legacy default stream that other libraries may use).
