@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libcli11-dev libspdlog-dev
-          catch2 libtomlplusplus-dev nlohmann-json3-dev libdnnl-dev libopenblas-dev zlib1g-dev
+          catch2 libtomlplusplus-dev nlohmann-json3-dev libdnnl-dev ocl-icd-opencl-dev libopenblas-dev zlib1g-dev
           dataset-fashion-mnist python3 python3-matplotlib)
 missing=()
 for p in "${PACKAGES[@]}"; do
