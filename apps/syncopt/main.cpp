@@ -19,10 +19,12 @@
 #include "common/log.hpp"
 #include "config/config.hpp"
 #include "metrics/analysis.hpp"
-#include "nn/backend.hpp"
+#include "comm/agree.hpp"
+#include "nn/model.hpp"
 #include "train/distributed.hpp"
 #include "train/local.hpp"
-#include "train/roles.hpp"
+#include "layout/roles.hpp"
+#include "platform.hpp"
 
 namespace {
 
@@ -52,63 +54,66 @@ syncopt::nn::ModelSpec dry_run_spec(const syncopt::config::Config& cfg) {
   return spec;
 }
 
+// --dry-run: the resolved config, the role of every rank, and where each
+// computes (the GPU from the node-local rank, as training will pick it).
+void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
+                   const syncopt::layout::Roles& roles, const syncopt::train::Compute& compute,
+                   const syncopt::comm::MpiSession& mpi) {
+  using namespace syncopt;
+  const auto layout = nn::param_layout(dry_run_spec(cfg));
+  constexpr int kLine = 160;
+  const int world = mpi.size();
+  const int local_rank = comm::node_local_rank(MPI_COMM_WORLD);
+  const std::string where = mpi.host() + ", node-local rank " + std::to_string(local_rank) +
+                            ", compute " + compute.describe(local_rank);
+  std::vector<char> lines(static_cast<std::size_t>(world) * kLine, 0);
+  std::vector<char> mine(kLine, 0);
+  where.copy(mine.data(), kLine - 1);
+  SYNCOPT_CHECK_MPI(
+      MPI_Gather(mine.data(), kLine, MPI_CHAR, lines.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD));
+  if (mpi.rank() != 0) return;
+  std::printf("# resolved config (%s)\n%s\n", args.config_path.c_str(), config::to_toml(cfg).c_str());
+  if (world == 1 && cfg.train.mode != config::Mode::kLocal) {
+    std::printf("# train.mode = \"%s\" runs single-process in a world of one rank\n",
+                std::string(config::mode_name(cfg.train.mode)).c_str());
+  }
+  std::printf("%s# placement:\n", layout::describe(roles, layout.count).c_str());
+  for (int r = 0; r < world; ++r) {
+    // Shards apply the optimiser on the host: the update is a few
+    // element-wise passes over their slice, and the gradients arrive in host
+    // memory through MPI anyway.
+    const bool shard = roles.role_of(r) == layout::Role::kShard && roles.shards > 0;
+    std::printf("rank %d: %s%s\n", r, lines.data() + kLine * r,
+                shard ? " (a shard applies its updates on the CPU)" : "");
+  }
+}
+
 int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
   using namespace syncopt;
-  const config::Config cfg = config::load(args.config_path, args.overrides);
-  const int world = mpi.size();
-  const bool local = world == 1;
-  if (!local && cfg.train.mode == "local") {
-    throw ConfigError("train.mode = \"local\" runs on one rank, but this job has " +
-                      std::to_string(world) +
-                      " ranks: set train.mode to sync, async, softsync, ssp, timeout or "
-                      "allreduce, or run without mpirun");
-  }
-  // A world of one rank trains locally whatever the mode, so it has no layout.
-  const train::Roles roles = local ? train::Roles{} : train::make_roles(cfg, world);
+  // Every rank reads the config and fits the layout; a problem on any rank
+  // (a file missing on one node) is agreed on, and reported once.
+  config::Config cfg;
+  layout::Roles roles;
+  train::Compute compute;
+  comm::agree(MPI_COMM_WORLD, [&] {
+    cfg = config::load(args.config_path, args.overrides);
+    roles = layout::make_roles(cfg, mpi.size());
+    compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads));
+  });
+  const bool local = mpi.size() == 1;
   setup_logging(mpi.rank(), local ? "local" : roles.role_name(mpi.rank()), args.verbose,
                 args.quiet);
   if (args.dry_run) {
-    const auto layout = nn::param_layout(dry_run_spec(cfg));
-    // Every rank reports its host and device, so the table shows where each
-    // role runs (the GPU from the node-local rank, as training will pick it).
-    constexpr int kLine = 160;
-    const int local_rank = comm::node_local_rank(MPI_COMM_WORLD);
-    const std::string where = mpi.host() + ", node-local rank " + std::to_string(local_rank) +
-                              ", compute " + nn::describe_device(cfg.compute.backend, local_rank);
-    std::vector<char> lines(static_cast<std::size_t>(world) * kLine, 0);
-    std::vector<char> mine(kLine, 0);
-    where.copy(mine.data(), kLine - 1);
-    MPI_Gather(mine.data(), kLine, MPI_CHAR, lines.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (mpi.rank() == 0) {
-      std::printf("# resolved config (%s)\n%s\n", args.config_path.c_str(),
-                  config::to_toml(cfg).c_str());
-      if (local) {
-        std::printf("# layout: world of 1 rank\nrank 0: local trainer (train.mode = \"%s\" "
-                    "runs single-process in a world of one rank)\n# placement:\nrank 0: %s\n",
-                    cfg.train.mode.c_str(), where.c_str());
-      } else {
-        std::string table = train::describe(roles, layout.count);
-        std::printf("%s", table.c_str());
-        std::printf("# placement:\n");
-        for (int r = 0; r < world; ++r) {
-          // Shards apply the optimiser on the host: the update is a few
-          // element-wise passes over their slice, and the gradients arrive
-          // in host memory through MPI anyway.
-          const bool shard = roles.role_of(r) == train::Role::kShard;
-          std::printf("rank %d: %s%s\n", r, lines.data() + kLine * r,
-                      shard ? " (a shard applies its updates on the CPU)" : "");
-        }
-      }
-    }
+    print_dry_run(args, cfg, roles, compute, mpi);
     return 0;
   }
   if (local) {
-    if (cfg.train.mode != "local") {
+    if (cfg.train.mode != config::Mode::kLocal) {
       spdlog::info("world of one rank: train.mode = \"{}\" runs as local training (start it "
                    "with mpirun -np K for the distributed mode)",
-                   cfg.train.mode);
+                   config::mode_name(cfg.train.mode));
     }
-    const train::LocalResult r = train::run_local(cfg, args.quiet);
+    const train::LocalResult r = train::run_local(cfg, compute, args.quiet);
     std::printf("\nsummary: %lld steps, %lld examples in %.1fs (%.0f examples/s training)\n",
                 static_cast<long long>(r.steps), static_cast<long long>(r.examples), r.wall_s,
                 r.examples_per_s);
@@ -118,7 +123,7 @@ int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
     std::printf("         run directory: %s\n", r.run_dir.string().c_str());
     return 0;
   }
-  const train::DistributedResult r = train::run_distributed(cfg, args.quiet);
+  const train::DistributedResult r = train::run_distributed(cfg, compute, args.quiet);
   if (mpi.rank() == 0) {
     std::printf("\n%s", r.report.c_str());
     std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
@@ -142,7 +147,7 @@ int run_report(const std::string& dir) {
   } catch (const std::exception& e) {
     throw DataError((run / "summary.json").string() + ": not JSON (" + e.what() + ")");
   }
-  const auto steps = metrics::read_jsonl(run / "steps.jsonl");
+  const auto steps = metrics::read_steps(run / "steps.jsonl");
   const auto evals = std::filesystem::exists(run / "eval.jsonl")
                          ? metrics::read_jsonl(run / "eval.jsonl")
                          : std::vector<nlohmann::json>{};
@@ -215,17 +220,12 @@ int main(int argc, char** argv) {
                    mpi.host().c_str(), e.what());
     }
   } catch (const Error& e) {
+    // Raised on this rank alone (outside any agreement): the other ranks may
+    // be waiting for it, so it ends the whole job.
     code = static_cast<int>(e.code());
-    // A ConfigError is a pure function of the config and the world size, so
-    // every rank raises the same one: rank 0 prints it and all end cleanly.
-    // Anything else may have happened on one rank only (the role loops turn
-    // their config errors into plain Errors), so it ends the whole job.
-    const bool everywhere = dynamic_cast<const ConfigError*>(&e) != nullptr;
-    if (mpi.rank() == 0 || !everywhere) {
-      std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(),
-                   mpi.host().c_str(), e.what());
-    }
-    if (mpi.size() > 1 && !everywhere) MPI_Abort(MPI_COMM_WORLD, code);
+    std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
+                 e.what());
+    if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
   } catch (const std::exception& e) {
     code = static_cast<int>(ExitCode::kInternal);
     std::fprintf(stderr, "\nsyncopt: internal error (rank %d on %s): %s\n", mpi.rank(),

@@ -1,4 +1,4 @@
-// CudaBackend / CudaNetwork: the layer list of lib/nn (cpu::net_spec, the
+// CudaBackend / CudaNetwork: the layer list of lib/nn (nn::net_spec, the
 // same parameter layout and order as the CPU backend) run on one GPU:
 // cuDNN for 3x3 convolutions (forward, backward-data, backward-filter; the
 // algorithms found once per batch size) and 2x2 max-pooling, cuBLAS sgemm
@@ -40,7 +40,7 @@ namespace syncopt::cuda {
 
 namespace {
 
-using nn::cpu::LayerKind;
+using nn::LayerKind;
 
 // Largest cuDNN workspace an algorithm may ask for; faster algorithms that
 // want more are skipped.
@@ -48,7 +48,7 @@ constexpr std::size_t kMaxWorkspaceNbytes = std::size_t{512} << 20;
 
 // Batch-independent description of one layer, with its device scratch.
 struct Layer {
-  nn::cpu::LayerSpec spec;
+  nn::LayerSpec spec;
   int in_c = 0, in_h = 1, in_w = 1;     // input per example ({features, 1, 1} after an fc)
   int out_c = 0, out_h = 1, out_w = 1;  // output per example
   std::size_t in_per = 0, out_per = 0;  // floats per example
@@ -104,10 +104,10 @@ Perf choose(const Perf* perf, int returned, const char* what) {
 
 class CudaNetwork final : public nn::Network {
  public:
-  CudaNetwork(nn::cpu::NetSpec net, int max_batch, int device)
+  CudaNetwork(nn::NetSpec net, int max_batch, int device)
       : m_net(std::move(net)), m_max_batch(checked_batch(max_batch)), m_device(activate(device)) {
-    m_layout = nn::cpu::param_layout(m_net);
-    m_classes = static_cast<int>(nn::cpu::output_count(m_net));
+    m_layout = nn::param_layout(m_net);
+    m_classes = static_cast<int>(nn::output_count(m_net));
     SYNCOPT_CHECK_CUBLAS(cublasSetStream(m_cublas.get(), m_stream.get()));
     SYNCOPT_CHECK_CUDNN(cudnnSetStream(m_cudnn.get(), m_stream.get()));
     build_layers();
@@ -203,7 +203,7 @@ class CudaNetwork final : public nn::Network {
   }
 
   void build_layers() {
-    const auto shapes = nn::cpu::layer_output_shapes(m_net);
+    const auto shapes = nn::layer_output_shapes(m_net);
     std::vector<std::int64_t> in = {m_net.channels, m_net.height, m_net.width};
     m_layers.resize(m_net.layers.size());
     if (m_layers.empty()) throw ConfigError("a model needs at least one layer");
@@ -502,7 +502,7 @@ class CudaNetwork final : public nn::Network {
     throw InternalError("the GPU saw a label outside [0, classes) that the host copy does not have");
   }
 
-  nn::cpu::NetSpec m_net;
+  nn::NetSpec m_net;
   nn::ParamLayout m_layout;
   int m_max_batch = 0;
   int m_device = 0;  // initialised (and made current) before the members below
@@ -530,7 +530,7 @@ class CudaBackend final : public nn::Backend {
   explicit CudaBackend(int device) : m_device(device) {}
   std::string name() const override { return "cuda"; }
   std::unique_ptr<nn::Network> make_network(const nn::ModelSpec& spec, int max_batch) override {
-    return std::make_unique<CudaNetwork>(nn::cpu::net_spec(spec), max_batch, m_device);
+    return std::make_unique<CudaNetwork>(nn::net_spec(spec), max_batch, m_device);
   }
 
  private:

@@ -115,13 +115,21 @@ void NcclReducer::allreduce_mean_host(float* host, std::size_t count) {
   std::memcpy(host, im.h_buf.get(), nbytes);
 }
 
+std::unique_ptr<comm::Reducer> make_nccl_reducer(MPI_Comm comm, int device) {
+  class Nccl final : public comm::Reducer {
+   public:
+    Nccl(MPI_Comm c, int dev) : m_reducer(c, dev) {}
+    std::string name() const override { return "nccl"; }
+    void mean(float* buf, std::size_t count) override { m_reducer.allreduce_mean_host(buf, count); }
+
+   private:
+    NcclReducer m_reducer;
+  };
+  return std::make_unique<Nccl>(comm, device);
+}
+
 bool nccl_usable(MPI_Comm comm) {
-  MPI_Comm local = MPI_COMM_NULL;
-  SYNCOPT_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
-  int local_size = 0;
-  const int rc = MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
-  SYNCOPT_CHECK_MPI(rc);
+  const int local_size = comm::Communicator(comm, comm::Communicator::kNodeLocal).size();
   const int devices = device_count();
   int ok = devices > 0 && local_size <= devices ? 1 : 0;
   SYNCOPT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm));

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <utility>
 
 #include "common/error.hpp"
@@ -16,28 +17,26 @@ std::string host_name() {
 }
 
 int world_rank_or_minus_one() {
+  // Used while reporting another error: failures here only mean "unknown".
   int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized || finalized) return -1;
+  if (MPI_Initialized(&initialized) != MPI_SUCCESS || MPI_Finalized(&finalized) != MPI_SUCCESS ||
+      !initialized || finalized) {
+    return -1;
+  }
   int rank = -1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS) return -1;
   return rank;
 }
 
 int node_local_rank(MPI_Comm comm) {
-  MPI_Comm node = MPI_COMM_NULL;
-  SYNCOPT_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int local = 0;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
-  return local;
+  Communicator node(comm, Communicator::kNodeLocal);
+  return node.rank();
 }
 
 void throw_mpi_error(int rc, const char* stmt, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;
-  MPI_Error_string(rc, text, &len);
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof(text), "code %d", rc);
   throw InternalError(std::string("MPI call failed: ") + stmt + " -> " + text + " at " + file +
                       ":" + std::to_string(line) + " (rank " +
                       std::to_string(world_rank_or_minus_one()) + " on " + host_name() + ")");
@@ -46,28 +45,44 @@ void throw_mpi_error(int rc, const char* stmt, const char* file, int line) {
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
   SYNCOPT_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  // Only the main thread calls MPI (OpenMP threads compute, never talk).
+  if (provided < MPI_THREAD_FUNNELED) {
+    MPI_Finalize();
+    throw InternalError("the MPI library offers thread level " + std::to_string(provided) +
+                        ", below MPI_THREAD_FUNNELED, which syncopt needs (OpenMP compute "
+                        "threads next to MPI): use an MPI built with thread support");
+  }
   // Errors come back as codes so SYNCOPT_CHECK_MPI can name the call.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &m_size);
+  SYNCOPT_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  SYNCOPT_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &m_rank));
+  SYNCOPT_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &m_size));
   m_host = host_name();
 }
 
 MpiSession::~MpiSession() {
   int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
 }
 
 Communicator::Communicator() : Communicator(MPI_COMM_WORLD) {}
 
 Communicator::Communicator(MPI_Comm parent) {
   SYNCOPT_CHECK_MPI(MPI_Comm_dup(parent, &m_comm));
-  MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN);
+  SYNCOPT_CHECK_MPI(MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN));
+}
+
+Communicator::Communicator(MPI_Comm parent, NodeLocal) {
+  SYNCOPT_CHECK_MPI(
+      MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &m_comm));
+  SYNCOPT_CHECK_MPI(MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN));
 }
 
 Communicator::~Communicator() {
-  if (m_comm != MPI_COMM_NULL) MPI_Comm_free(&m_comm);
+  // Not after MPI_Finalize (a communicator that outlived the session).
+  int finalized = 0;
+  if (m_comm != MPI_COMM_NULL && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
+    MPI_Comm_free(&m_comm);
+  }
 }
 
 Communicator::Communicator(Communicator&& other) noexcept
@@ -75,7 +90,7 @@ Communicator::Communicator(Communicator&& other) noexcept
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
   if (this != &other) {
-    if (m_comm != MPI_COMM_NULL) MPI_Comm_free(&m_comm);
+    if (m_comm != MPI_COMM_NULL) (void)MPI_Comm_free(&m_comm);  // noexcept: nothing to report to
     m_comm = std::exchange(other.m_comm, MPI_COMM_NULL);
   }
   return *this;

@@ -49,6 +49,9 @@ class Communicator {
  public:
   Communicator();  // MPI_Comm_dup(MPI_COMM_WORLD)
   explicit Communicator(MPI_Comm parent);
+  // The ranks of `parent` on this rank's node (MPI_Comm_split_type SHARED).
+  enum NodeLocal { kNodeLocal };
+  Communicator(MPI_Comm parent, NodeLocal);
   ~Communicator();
   Communicator(Communicator&& other) noexcept;
   Communicator& operator=(Communicator&& other) noexcept;

@@ -18,6 +18,15 @@ const char* kind_name(std::uint16_t kind) {
   return "unknown";
 }
 
+MsgHeader make_header(Kind kind, int sender, int shard, std::uint64_t param_version) {
+  MsgHeader h;
+  h.kind = static_cast<std::uint16_t>(kind);
+  h.sender = static_cast<std::uint32_t>(sender);
+  h.shard = static_cast<std::uint32_t>(shard);
+  h.param_version = param_version;
+  return h;
+}
+
 std::string check_header(const MsgHeader& h, const Expect& e) {
   char buf[256];
   const std::string from = "message from rank " + std::to_string(e.source_rank) + ": ";

@@ -12,7 +12,7 @@
 namespace syncopt::comm {
 
 inline constexpr std::uint32_t kMagic = 0x53594E43u;  // "SYNC"
-inline constexpr std::uint16_t kProtoVersion = 1;
+inline constexpr std::uint16_t kProtoVersion = 2;
 inline constexpr std::uint64_t kAnyVersion = ~std::uint64_t{0};
 
 enum class Kind : std::uint16_t {
@@ -32,6 +32,9 @@ inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagToEvaluator = 13;
 inline constexpr int kTagEvalNotice = 14;  // shard -> evaluator: training has ended
 
+// Bits of MsgHeader::flags.
+inline constexpr std::uint32_t kFlagFinal = 1u;  // PARAMS to the evaluator: training has ended
+
 struct MsgHeader {
   std::uint32_t magic = kMagic;
   std::uint16_t kind = 0;
@@ -41,11 +44,17 @@ struct MsgHeader {
   std::uint64_t param_version = 0;  // version read (GRAD), wanted (PULL), held (PARAMS)
   std::uint64_t step_seq = 0;       // sender's own step counter
   std::uint32_t count = 0;          // floats of payload
+  std::uint32_t flags = 0;          // kFlag* bits
   float loss = 0.0f;                // GRAD: the worker's mini-batch loss
+  std::uint32_t reserved = 0;
   std::uint64_t examples = 0;       // PARAMS to evaluator: accepted examples so far
   double compute_s = 0.0;           // GRAD: the worker's compute time for this gradient
 };
-static_assert(sizeof(MsgHeader) == 56, "MsgHeader is part of the wire format");
+static_assert(sizeof(MsgHeader) == 64, "MsgHeader is part of the wire format");
+
+// The one way to start a header: kind, sender (world rank), shard, and the
+// version field; the rest zero. Callers fill in what their kind carries.
+MsgHeader make_header(Kind kind, int sender, int shard, std::uint64_t param_version = 0);
 
 inline constexpr std::size_t kHeaderFloats = sizeof(MsgHeader) / sizeof(float);
 

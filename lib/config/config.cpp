@@ -35,7 +35,7 @@ constexpr std::uint64_t kMaxTomlInt =
 constexpr int kMaxRecoveries = 64;
 constexpr std::string_view kDuplicateTable = "syncopt_repeated_table_at_line_";
 
-enum class KeyType { kString, kInt, kUint, kFloat, kBool, kIntList };
+enum class KeyType { kString, kInt, kUint, kFloat, kBool, kIntList, kMode };
 
 // The KeyType of a config field's C++ type; a field of any other type does not compile.
 template <class T>
@@ -50,6 +50,8 @@ constexpr KeyType key_type_of() {
     return KeyType::kFloat;
   } else if constexpr (std::is_same_v<T, bool>) {
     return KeyType::kBool;
+  } else if constexpr (std::is_same_v<T, Mode>) {
+    return KeyType::kMode;
   } else {
     static_assert(std::is_same_v<T, std::vector<std::int64_t>>,
                   "config field of an unsupported type");
@@ -107,8 +109,22 @@ const T& field_of(const KeySpec& spec, const Config& cfg) {
   }
 // clang-format on
 
+std::vector<KeySpec> make_key_specs();
+
 const std::vector<KeySpec>& key_specs() {
-  static const std::vector<KeySpec> kSpecs = {
+  static const std::vector<KeySpec> kSpecs = [] {
+    auto specs = make_key_specs();
+    // An enum key's allowed names come from its own table, never a copy.
+    for (auto& spec : specs) {
+      if (spec.type == KeyType::kMode) spec.choices = mode_names();
+    }
+    return specs;
+  }();
+  return kSpecs;
+}
+
+std::vector<KeySpec> make_key_specs() {
+  return {
       // [run]
       SYNCOPT_KEY(run, name, no_range(), "a plain name: no '/', '\\' or '..'",
                   "Run name; outputs go to <run.dir>/<run.name>/."),
@@ -179,8 +195,7 @@ const std::vector<KeySpec>& key_specs() {
       SYNCOPT_KEY(
           train, mode, no_range(), "",
           "Training mode: local (one process), sync (N of N+b gradients, backup workers), async, "
-          "softsync, ssp (stale synchronous), timeout, allreduce.",
-          "local", "sync", "async", "softsync", "ssp", "timeout", "allreduce"),
+          "softsync, ssp (stale synchronous), timeout, allreduce."),
       SYNCOPT_KEY(train, batch, at_least(1), "", "Examples per worker per step."),
       SYNCOPT_KEY(train, steps, at_least(0), "",
                   "Number of updates; 0 = run train.epochs instead."),
@@ -225,7 +240,6 @@ const std::vector<KeySpec>& key_specs() {
                   "Compute backend (cuda needs a CUDA build and a GPU).", "cpu", "cuda"),
       SYNCOPT_KEY(compute, threads, at_least(1), "", "CPU threads per rank (oneDNN / OpenMP)."),
   };
-  return kSpecs;
 }
 #undef SYNCOPT_KEY
 
@@ -461,6 +475,8 @@ std::string type_name(KeyType type) {
       return "boolean";
     case KeyType::kIntList:
       return "list of integers";
+    case KeyType::kMode:
+      return "string";
   }
   return "?";
 }
@@ -486,6 +502,8 @@ std::string format_value(const KeySpec& spec, const Config& cfg) {
       }
       return out + "]";
     }
+    case KeyType::kMode:
+      return toml_string(mode_name(field_of<Mode>(spec, cfg)));
   }
   return "?";
 }
@@ -529,11 +547,29 @@ std::string describe(const toml::node& node) {
   return "?";
 }
 
-// Stores `node` into the field of `spec`, or says why it cannot ("expected
-// integer, found string \"abc\""). An integer is accepted where a float is
-// expected; nothing else is converted.
-std::optional<std::string> assign(const KeySpec& spec, const toml::node& node, Config& cfg) {
+// Why a value could not be stored: a phrase to put after the key
+// ("expected integer, found string \"abc\""), or, when `whole`, a complete
+// problem naming the key and its value (an enum name that is not one).
+struct AssignError {
+  std::string text;
+  bool whole = false;
+};
+
+// Stores `node` into the field of `spec`, or says why it cannot. An integer
+// is accepted where a float is expected; nothing else is converted.
+std::optional<AssignError> assign(const KeySpec& spec, const toml::node& node, Config& cfg) {
   switch (spec.type) {
+    case KeyType::kMode:
+      if (const auto* v = node.as_string()) {
+        if (const auto mode = mode_from_name(v->get())) {
+          field_of<Mode>(spec, cfg) = *mode;
+          return std::nullopt;
+        }
+        return AssignError{spec.path() + " = " + toml_string(v->get()) + ": must be one of " +
+                               join(spec.choices, " | "),
+                           true};
+      }
+      break;
     case KeyType::kString:
       if (const auto* v = node.as_string()) {
         field_of<std::string>(spec, cfg) = v->get();
@@ -574,8 +610,8 @@ std::optional<std::string> assign(const KeySpec& spec, const toml::node& node, C
         for (std::size_t i = 0; i < arr->size(); ++i) {
           const auto* v = arr->get(i)->as_integer();
           if (v == nullptr) {
-            return "element " + std::to_string(i) + ": expected integer, found " +
-                   describe(*arr->get(i));
+            return AssignError{"element " + std::to_string(i) + ": expected integer, found " +
+                               describe(*arr->get(i))};
           }
           values.push_back(v->get());
         }
@@ -584,7 +620,7 @@ std::optional<std::string> assign(const KeySpec& spec, const toml::node& node, C
       }
       break;
   }
-  return "expected " + type_name(spec.type) + ", found " + describe(node);
+  return AssignError{"expected " + type_name(spec.type) + ", found " + describe(node)};
 }
 
 // ---------------------------------------------------------------- validation
@@ -661,6 +697,7 @@ std::vector<Problem> check(const Config& cfg) {
         break;
       }
       case KeyType::kBool:
+      case KeyType::kMode:  // only valid names can be stored
         break;
     }
   }
@@ -885,8 +922,10 @@ class Loader {
             continue;
           }
           if (auto why = assign(*spec, value, m_cfg)) {
-            found.emplace_back(kline, at(kline) + spec->path() + ": " + *why + "; write e.g. " +
-                                          std::string(spec->key) + " = " + example_value(*spec));
+            found.emplace_back(kline, why->whole ? at(kline) + why->text
+                                                 : at(kline) + spec->path() + ": " + why->text +
+                                                       "; write e.g. " + std::string(spec->key) +
+                                                       " = " + example_value(*spec));
           } else {
             m_origin[spec->path()] = origin + ":" + std::to_string(kline);
           }
@@ -936,9 +975,13 @@ class Loader {
     const toml::node* node = parsed ? parsed->get("v") : nullptr;
     // Quotes rarely survive the shell: a string key takes the bare text
     // (`--set train.mode=async`) unless it was written as a TOML string.
-    if (spec->type == KeyType::kString && (node == nullptr || !node->is_string())) {
+    const bool named = spec->type == KeyType::kString || spec->type == KeyType::kMode;
+    if (named && (node == nullptr || !node->is_string())) {
       const toml::value<std::string> bare(text);
-      assign(*spec, bare, m_cfg);
+      if (auto why = assign(*spec, bare, m_cfg)) {
+        add(where + ": " + why->text);
+        return;
+      }
       m_origin[path] = where;
       return;
     }
@@ -949,8 +992,9 @@ class Loader {
       return;
     }
     if (auto why = assign(*spec, *node, m_cfg)) {
-      add(where + ": " + path + ": " + *why + "; write e.g. --set " + path + "=" +
-          example_value(*spec));
+      add(why->whole ? where + ": " + why->text
+                     : where + ": " + path + ": " + why->text + "; write e.g. --set " + path +
+                           "=" + example_value(*spec));
       return;
     }
     m_origin[path] = where;

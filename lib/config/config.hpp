@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "config/mode.hpp"
+
 namespace syncopt::config {
 
 struct RunConfig {
@@ -61,7 +63,7 @@ struct OptimConfig {
 };
 
 struct TrainConfig {
-  std::string mode = "local";  // local | sync | async | softsync | ssp | timeout | allreduce
+  Mode mode = Mode::kLocal;  // parsed once from the name (config/mode.hpp)
   std::int64_t batch = 32;     // per worker
   std::int64_t steps = 0;      // updates; 0 = use epochs
   double epochs = 1.0;         // epochs of accepted examples

@@ -45,110 +45,131 @@ double mean_of(const std::vector<double>& v) {
 
 }  // namespace
 
-RunAnalysis analyze(const std::vector<json>& steps, const RunInfo& info) {
-  const int K = std::max(1, info.workers);
-  std::vector<const json*> shard0;
-  for (const auto& r : steps) {
-    if (r.value("shard", 0) == 0) shard0.push_back(&r);
-  }
-  std::sort(shard0.begin(), shard0.end(),
-            [](const json* a, const json* b) { return (*a)["step"] < (*b)["step"]; });
+namespace {
 
-  // Step times at shard 0: between consecutive updates.
-  std::vector<double> step_times, compute, apply_times;
-  double prev_apply = -1.0;
+// Step times at shard 0 (between consecutive updates), worker compute times,
+// and the aggregation + optimiser time of each update.
+struct Timing {
+  std::vector<double> step, compute, apply;
   std::map<std::uint64_t, double> start_of_version;
-  for (const json* r : shard0) {
-    const double t_apply = (*r)["t_apply"].get<double>();
-    const double t_start = (*r)["t_start"].get<double>();
-    step_times.push_back(t_apply - (prev_apply < 0.0 ? t_start : prev_apply));
-    prev_apply = t_apply;
-    start_of_version[(*r)["version"].get<std::uint64_t>()] = t_start;
+  double span = 0.0;  // first start to last update
+};
+
+Timing timing(const std::vector<const StepRecord*>& shard0) {
+  Timing t;
+  double prev_apply = -1.0;
+  for (const StepRecord* r : shard0) {
+    t.step.push_back(r->t_apply - (prev_apply < 0.0 ? r->t_start : prev_apply));
+    prev_apply = r->t_apply;
+    t.start_of_version[r->version] = r->t_start;
     double last_accepted = -1.0;
-    for (const auto& g : (*r)["grads"]) {
-      if (g.contains("compute_s")) compute.push_back(g["compute_s"].get<double>());
-      if (g["accepted"].get<bool>()) {
-        last_accepted = std::max(last_accepted, g["arrival_s"].get<double>());
-      }
+    for (const auto& g : r->grads) {
+      t.compute.push_back(g.compute_s);
+      if (g.accepted) last_accepted = std::max(last_accepted, g.arrival_s);
     }
     // From the last gradient used to the update being done: aggregation and
     // the optimiser (and, at shard 0 without an evaluator, nothing else).
-    if (last_accepted >= 0.0) apply_times.push_back(t_apply - t_start - last_accepted);
+    if (last_accepted >= 0.0) t.apply.push_back(r->t_apply - r->t_start - last_accepted);
   }
+  if (!shard0.empty()) t.span = shard0.back()->t_apply - shard0.front()->t_start;
+  return t;
+}
 
-  // Time to the k-th gradient computed on a version, from that version's
-  // start: fresh gradients of later records (dropped as late) count too.
+// Time to the k-th gradient computed on a version, from that version's
+// start (the paper's Figure 3): fresh gradients of later records (dropped
+// as late) count too. Only in versioned modes, where a version has a start.
+std::vector<std::vector<double>> kth_arrivals(const std::vector<const StepRecord*>& shard0,
+                                              const Timing& t, int workers) {
   std::map<std::uint64_t, std::vector<double>> arrivals;
-  const bool versioned = info.mode != "async" && info.mode != "ssp" && info.mode != "softsync";
-  if (versioned) {
-    for (const json* r : shard0) {
-      const double t_start = (*r)["t_start"].get<double>();
-      for (const auto& g : (*r)["grads"]) {
-        const auto v = g["version"].get<std::uint64_t>();
-        const auto it = start_of_version.find(v);
-        if (it == start_of_version.end()) continue;
-        arrivals[v].push_back(t_start + g["arrival_s"].get<double>() - it->second);
-      }
+  for (const StepRecord* r : shard0) {
+    for (const auto& g : r->grads) {
+      const auto it = t.start_of_version.find(g.version);
+      if (it == t.start_of_version.end()) continue;
+      arrivals[g.version].push_back(r->t_start + g.arrival_s - it->second);
     }
   }
-  std::vector<std::vector<double>> kth(static_cast<std::size_t>(K));
+  std::vector<std::vector<double>> kth(static_cast<std::size_t>(workers));
   for (auto& [v, times] : arrivals) {
     std::sort(times.begin(), times.end());
     for (std::size_t k = 0; k < times.size() && k < kth.size(); ++k) kth[k].push_back(times[k]);
   }
+  return kth;
+}
+
+// Drops, acceptances, staleness and cross-shard agreement over every
+// shard's records.
+struct Counts {
+  std::vector<std::int64_t> drops0, drops_all, accepted0;
+  std::map<std::int64_t, std::int64_t> hist_applied, hist_all;
+  std::vector<double> applied_staleness;
+  std::int64_t disagreements = 0;
+};
+
+Counts counts(const std::vector<StepRecord>& steps, int workers, int shards) {
+  Counts c;
+  c.drops0.assign(static_cast<std::size_t>(workers), 0);
+  c.drops_all = c.accepted0 = c.drops0;
+  std::map<std::pair<int, std::uint64_t>, std::set<bool>> decisions;
+  for (const auto& r : steps) {
+    for (const auto& g : r.grads) {
+      if (g.worker >= 0 && g.worker < workers) {
+        const auto w = static_cast<std::size_t>(g.worker);
+        if (!g.accepted) {
+          ++c.drops_all[w];
+          if (r.shard == 0) ++c.drops0[w];
+        } else if (r.shard == 0) {
+          ++c.accepted0[w];
+        }
+      }
+      ++c.hist_all[g.staleness];
+      if (g.accepted) {
+        ++c.hist_applied[g.staleness];
+        c.applied_staleness.push_back(static_cast<double>(g.staleness));
+      }
+      decisions[{g.worker, g.seq}].insert(g.accepted);
+    }
+  }
+  if (shards > 1) {
+    for (const auto& [key, set] : decisions) c.disagreements += set.size() > 1 ? 1 : 0;
+  }
+  return c;
+}
+
+double max_of(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+}
+
+json histogram_json(const std::map<std::int64_t, std::int64_t>& h) {
+  json out = json::object();
+  for (const auto& [s, c] : h) out[std::to_string(s)] = c;
+  return out;
+}
+
+}  // namespace
+
+RunAnalysis analyze(const std::vector<StepRecord>& steps, const RunInfo& info) {
+  const int K = std::max(1, info.workers);
+  std::vector<const StepRecord*> shard0;
+  for (const auto& r : steps) {
+    if (r.shard == 0) shard0.push_back(&r);
+  }
+  std::sort(shard0.begin(), shard0.end(),
+            [](const StepRecord* a, const StepRecord* b) { return a->step < b->step; });
+  const Timing t = timing(shard0);
+  const auto kth = config::traits(info.mode).versioned
+                       ? kth_arrivals(shard0, t, K)
+                       : std::vector<std::vector<double>>(static_cast<std::size_t>(K));
   json kth_mean = json::array(), kth_median = json::array(), kth_count = json::array();
   for (const auto& v : kth) {
     kth_mean.push_back(mean_of(v));
     kth_median.push_back(percentile(v, 50));
     kth_count.push_back(v.size());
   }
+  const Counts c = counts(steps, K, info.shards);
 
-  // Drops, staleness, cross-shard agreement over every shard's records.
-  std::vector<std::int64_t> drops0(static_cast<std::size_t>(K), 0), drops_all(drops0),
-      accepted0(drops0);
-  std::map<std::int64_t, std::int64_t> hist_applied, hist_all;
-  std::vector<double> applied_staleness;
-  std::map<std::pair<int, std::uint64_t>, std::set<bool>> decisions;
-  bool has_seq = false;
-  for (const auto& r : steps) {
-    const int shard = r.value("shard", 0);
-    for (const auto& g : r["grads"]) {
-      const int w = g["worker"].get<int>();
-      const bool acc = g["accepted"].get<bool>();
-      const auto st = g["staleness"].get<std::int64_t>();
-      if (w >= 0 && w < K) {
-        if (!acc) {
-          ++drops_all[static_cast<std::size_t>(w)];
-          if (shard == 0) ++drops0[static_cast<std::size_t>(w)];
-        } else if (shard == 0) {
-          ++accepted0[static_cast<std::size_t>(w)];
-        }
-      }
-      ++hist_all[st];
-      if (acc) {
-        ++hist_applied[st];
-        applied_staleness.push_back(static_cast<double>(st));
-      }
-      if (g.contains("seq")) {
-        has_seq = true;
-        decisions[{w, g["seq"].get<std::uint64_t>()}].insert(acc);
-      }
-    }
-  }
-  std::int64_t disagreements = 0;
-  if (has_seq && info.shards > 1) {
-    for (const auto& [key, set] : decisions) disagreements += set.size() > 1 ? 1 : 0;
-  }
-  json hist_applied_j = json::object(), hist_all_j = json::object();
-  for (const auto& [s, c] : hist_applied) hist_applied_j[std::to_string(s)] = c;
-  for (const auto& [s, c] : hist_all) hist_all_j[std::to_string(s)] = c;
-
-  const double span = shard0.empty() ? 0.0
-                                     : shard0.back()->at("t_apply").get<double>() -
-                                           shard0.front()->at("t_start").get<double>();
   RunAnalysis an;
   an.summary = {
-      {"mode", info.mode},
+      {"mode", config::mode_name(info.mode)},
       {"N", info.n},
       {"b", info.b},
       {"S", info.shards},
@@ -159,23 +180,23 @@ RunAnalysis analyze(const std::vector<json>& steps, const RunInfo& info) {
       {"examples", info.examples},
       {"epochs", info.epochs},
       {"examples_per_s", info.wall_s > 0 ? static_cast<double>(info.examples) / info.wall_s : 0.0},
-      {"steps_per_s", span > 0 ? static_cast<double>(shard0.size()) / span : 0.0},
-      {"step_time_p50_s", percentile(step_times, 50)},
-      {"step_time_p90_s", percentile(step_times, 90)},
-      {"step_time_max_s", step_times.empty() ? 0.0 : *std::max_element(step_times.begin(), step_times.end())},
-      {"compute_time_p50_s", percentile(compute, 50)},
-      {"apply_time_p50_s", percentile(apply_times, 50)},
-      {"drops_per_worker", drops0},
-      {"drops_per_worker_all_shards", drops_all},
-      {"accepted_per_worker", accepted0},
-      {"staleness_mean", mean_of(applied_staleness)},
-      {"staleness_max", applied_staleness.empty() ? 0.0 : *std::max_element(applied_staleness.begin(), applied_staleness.end())},
-      {"staleness_hist_applied", hist_applied_j},
-      {"staleness_hist_all", hist_all_j},
+      {"steps_per_s", t.span > 0 ? static_cast<double>(shard0.size()) / t.span : 0.0},
+      {"step_time_p50_s", percentile(t.step, 50)},
+      {"step_time_p90_s", percentile(t.step, 90)},
+      {"step_time_max_s", max_of(t.step)},
+      {"compute_time_p50_s", percentile(t.compute, 50)},
+      {"apply_time_p50_s", percentile(t.apply, 50)},
+      {"drops_per_worker", c.drops0},
+      {"drops_per_worker_all_shards", c.drops_all},
+      {"accepted_per_worker", c.accepted0},
+      {"staleness_mean", mean_of(c.applied_staleness)},
+      {"staleness_max", max_of(c.applied_staleness)},
+      {"staleness_hist_applied", histogram_json(c.hist_applied)},
+      {"staleness_hist_all", histogram_json(c.hist_all)},
       {"time_to_kth_mean_s", kth_mean},
       {"time_to_kth_median_s", kth_median},
       {"time_to_kth_samples", kth_count},
-      {"cross_shard_disagreements", disagreements},
+      {"cross_shard_disagreements", c.disagreements},
       {"test_loss", info.test_loss},
       {"test_acc", info.test_acc},
       {"test_loss_ema", info.test_loss_ema},
@@ -183,9 +204,30 @@ RunAnalysis analyze(const std::vector<json>& steps, const RunInfo& info) {
   return an;
 }
 
+std::vector<StepRecord> read_steps(const std::filesystem::path& path) {
+  const auto lines = read_jsonl(path);
+  std::vector<StepRecord> out;
+  out.reserve(lines.size());
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    out.push_back(step_from_json(lines[i], path.string() + ": record " + std::to_string(i + 1)));
+  }
+  return out;
+}
+
+RunAnalysis write_summary(const std::filesystem::path& run_dir, const RunInfo& info,
+                          const json& extra) {
+  RunAnalysis an = analyze(read_steps(run_dir / "steps.jsonl"), info);
+  for (const auto& [k, v] : extra.items()) an.summary[k] = v;
+  write_file_atomic(run_dir / "summary.json", an.summary.dump(2) + "\n");
+  return an;
+}
+
 RunInfo run_info_from_summary(const json& s) {
   RunInfo i;
-  i.mode = s.value("mode", std::string("local"));
+  const std::string mode = s.value("mode", std::string("local"));
+  const auto parsed = config::mode_from_name(mode);
+  if (!parsed) throw DataError("summary.json: unknown mode \"" + mode + "\"");
+  i.mode = *parsed;
   i.n = s.value("N", 1);
   i.b = s.value("b", 0);
   i.shards = s.value("S", 0);

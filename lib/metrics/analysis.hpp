@@ -11,10 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/mode.hpp"
+#include "metrics/step_record.hpp"
+
 namespace syncopt::metrics {
 
 struct RunInfo {
-  std::string mode;
+  config::Mode mode = config::Mode::kLocal;
   int n = 1, b = 0, shards = 0, workers = 1;
   std::int64_t batch = 0;
   double wall_s = 0.0;
@@ -31,7 +34,15 @@ struct RunAnalysis {
 // MissingInputError when absent.
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
 
-RunAnalysis analyze(const std::vector<nlohmann::json>& steps, const RunInfo& info);
+RunAnalysis analyze(const std::vector<StepRecord>& steps, const RunInfo& info);
+
+// Every record of a steps.jsonl (DataError naming the file and record).
+std::vector<StepRecord> read_steps(const std::filesystem::path& path);
+
+// Analyses <run_dir>/steps.jsonl, adds the `extra` fields and writes
+// summary.json atomically; returns the analysis (for the report).
+RunAnalysis write_summary(const std::filesystem::path& run_dir, const RunInfo& info,
+                          const nlohmann::json& extra);
 
 // RunInfo back from a summary.json written by analyze() or the local trainer.
 RunInfo run_info_from_summary(const nlohmann::json& summary);

@@ -53,6 +53,11 @@ void JsonlWriter::write(const nlohmann::json& record) {
   if (!m_out) throw OutputError(ExitCode::kIoError, "write to '" + m_path.string() + "' failed");
 }
 
+void JsonlWriter::write_raw(const std::string& lines) {
+  m_out << lines;
+  if (!m_out) throw OutputError(ExitCode::kIoError, "write to '" + m_path.string() + "' failed");
+}
+
 void JsonlWriter::flush() {
   m_out.flush();
   if (!m_out) throw OutputError(ExitCode::kIoError, "write to '" + m_path.string() + "' failed");

@@ -25,6 +25,8 @@ class JsonlWriter {
  public:
   explicit JsonlWriter(const std::filesystem::path& path);
   void write(const nlohmann::json& record);
+  // Lines already formatted as JSON Lines (each ending in '\n').
+  void write_raw(const std::string& lines);
   void flush();
 
  private:

@@ -1,8 +1,7 @@
-// The CPU (oneDNN) network: a model is lowered to a short list of layers
-// (conv3x3 / maxpool2x2 / fc / relu, then softmax cross-entropy), and
-// CpuNetwork runs that list with oneDNN primitives cached per batch size.
-// The layer list is public so that the tests can gradient-check each layer
-// on its own (and w.r.t. its input).
+// The CPU (oneDNN) network: runs a model's layer list (nn/model.hpp:
+// conv3x3 / maxpool2x2 / fc / relu, then softmax cross-entropy) with oneDNN
+// primitives cached per batch size. Any layer list can be built, so that the
+// tests can gradient-check each layer on its own (and w.r.t. its input).
 #pragma once
 
 #include <cstdint>
@@ -11,41 +10,10 @@
 #include <vector>
 
 #include "nn/backend.hpp"
+#include "nn/model.hpp"
 
 namespace syncopt::nn::cpu {
 
-enum class LayerKind { kConv3x3, kMaxPool2x2, kFc, kRelu };
-
-struct LayerSpec {
-  LayerKind kind = LayerKind::kFc;
-  std::string name;   // parameter prefix ("conv1", "fc2"); empty for pool / relu
-  int out = 0;        // output channels (conv) or units (fc)
-  bool relu = false;  // a ReLU fused after this conv / fc
-};
-
-// Input C x H x W, the layers in order, and whether every conv / fc layer is
-// weight-normalised. The softmax cross-entropy runs over the last layer's
-// output flattened per example (NCHW order): its size is the class count.
-struct NetSpec {
-  int channels = 1, height = 28, width = 28;
-  bool weight_norm = true;
-  std::vector<LayerSpec> layers;
-};
-
-// The layer list of a model (throws ConfigError for an unknown model or bad
-// sizes).
-NetSpec net_spec(const ModelSpec& spec);
-
-// Parameter layout of a layer list: for each conv / fc layer in order,
-// "<name>.v", "<name>.g", "<name>.b" (weight norm) or "<name>.w", "<name>.b".
-ParamLayout param_layout(const NetSpec& net);
-
-// Output shape of each layer without the batch dimension: {C, H, W} after a
-// conv / pool / relu on images, {units} after an fc.
-std::vector<std::vector<std::int64_t>> layer_output_shapes(const NetSpec& net);
-
-// Number of outputs per example of the last layer (= classes).
-std::int64_t output_count(const NetSpec& net);
 
 class CpuNetwork final : public Network {
  public:

@@ -17,8 +17,7 @@
 #include <string>
 
 #include "common/error.hpp"
-#include "nn/backend.hpp"
-#include "nn/cpu_network.hpp"
+#include "nn/model.hpp"
 
 namespace syncopt::nn {
 
@@ -28,8 +27,6 @@ const ParamView& ParamLayout::find(const std::string& name) const {
   }
   throw InternalError("parameter view '" + name + "' does not exist in this model's layout");
 }
-
-namespace cpu {
 
 NetSpec net_spec(const ModelSpec& spec) {
   if (spec.channels < 1 || spec.height < 1 || spec.width < 1) {
@@ -141,9 +138,7 @@ ParamLayout param_layout(const NetSpec& net) {
   return layout;
 }
 
-}  // namespace cpu
-
-ParamLayout param_layout(const ModelSpec& spec) { return cpu::param_layout(cpu::net_spec(spec)); }
+ParamLayout param_layout(const ModelSpec& spec) { return param_layout(net_spec(spec)); }
 
 namespace {
 
@@ -223,9 +218,9 @@ void init_params(const ModelSpec& spec, const ParamLayout& layout, float* params
 }
 
 std::string model_summary(const ModelSpec& spec) {
-  const cpu::NetSpec net = cpu::net_spec(spec);
-  const ParamLayout layout = cpu::param_layout(net);
-  const auto shapes = cpu::layer_output_shapes(net);
+  const NetSpec net = net_spec(spec);
+  const ParamLayout layout = param_layout(net);
+  const auto shapes = layer_output_shapes(net);
   auto shape_str = [](const std::vector<std::int64_t>& s) {
     std::string out;
     for (std::size_t i = 0; i < s.size(); ++i) {
@@ -238,14 +233,14 @@ std::string model_summary(const ModelSpec& spec) {
   os << "model " << spec.name << (net.weight_norm ? " (weight norm)" : "") << ", input "
      << shape_str({net.channels, net.height, net.width}) << ", " << spec.classes << " classes\n";
   for (std::size_t i = 0; i < net.layers.size(); ++i) {
-    const cpu::LayerSpec& l = net.layers[i];
+    const LayerSpec& l = net.layers[i];
     std::string what;
     std::size_t count = 0;
     switch (l.kind) {
-      case cpu::LayerKind::kConv3x3: what = "conv3x3 pad 1"; break;
-      case cpu::LayerKind::kMaxPool2x2: what = "maxpool 2x2"; break;
-      case cpu::LayerKind::kFc: what = "fc"; break;
-      case cpu::LayerKind::kRelu: what = "relu"; break;
+      case LayerKind::kConv3x3: what = "conv3x3 pad 1"; break;
+      case LayerKind::kMaxPool2x2: what = "maxpool 2x2"; break;
+      case LayerKind::kFc: what = "fc"; break;
+      case LayerKind::kRelu: what = "relu"; break;
     }
     if (l.relu) what += " + relu";
     for (const ParamView& v : layout.views) {

@@ -1,54 +1,123 @@
-// The parameter-server shard's MPI loop: keeps one receive posted per worker
-// (and one for the evaluator), feeds gradients to ShardCore, applies the
-// optimiser to its slice, and answers pulls under the mode's rule.
+// The parameter-server shard (DESIGN.md §3-§4): a thin MPI loop around
+// ShardCore. It keeps one receive posted per worker (and one for the
+// evaluator), feeds gradients to the core, applies the optimiser to its
+// slice when an update is due, answers pulls under the mode's rule, serves
+// the evaluator, and drains every message before it returns.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "comm/poll.hpp"
+#include "comm/requests.hpp"
+#include "common/clock.hpp"
 #include "config/config.hpp"
-#include "metrics/records.hpp"
-#include "train/roles.hpp"
+#include "layout/roles.hpp"
+#include "metrics/step_record.hpp"
+#include "optim/optimizer.hpp"
+#include "ps/shard_core.hpp"
 
 namespace syncopt::ps {
 
 struct ShardSetup {
   const config::Config* cfg = nullptr;
-  const train::Roles* roles = nullptr;
+  const layout::Roles* roles = nullptr;
+  const layout::Plan* plan = nullptr;
   int shard = 0;
-  train::Slice slice;
-  const float* initial = nullptr;   // the slice's initial parameters
-  std::uint64_t total_steps = 0;    // updates to apply (when target_examples is 0)
-  std::uint64_t target_examples = 0;  // train.epochs in accepted examples (train.steps = 0)
-  double train_count = 1.0;         // examples per epoch, for the lr schedule
-  double lr_multiplier = 1.0;       // N when optim.scale_lr_by_n
+  layout::Slice slice;
+  const float* initial = nullptr;  // the slice's initial parameters
   MPI_Comm data_comm = MPI_COMM_NULL;
   MPI_Comm ctrl_comm = MPI_COMM_NULL;
-  double (*now)() = nullptr;        // run-relative seconds
-  metrics::JsonlWriter* steps_log = nullptr;  // shard 0 streams its records here
-  // Optional in-line evaluation (no evaluator rank, one shard): called after
-  // update `step` with the full theta and EMA.
+  const RunClock* clock = nullptr;        // run-relative seconds
+  metrics::StepLog* steps_log = nullptr;  // where this shard's step records go
+  // Called after every update (the progress line on rank 0).
+  std::function<void(std::uint64_t step, std::uint64_t examples, float loss)> on_update;
+  // Called after every update but the last with the full slice of theta and
+  // its EMA: evaluation in place (one shard, no evaluator rank), which
+  // decides itself whether it is due and stalls this step when it is.
   std::function<void(std::uint64_t step, std::uint64_t examples, const float* theta,
                      const float* ema)>
       inline_eval;
-  std::uint64_t inline_eval_every = 0;
-  double inline_eval_every_s = 0.0;
-  // Called after every update (the progress line on rank 0).
-  std::function<void(std::uint64_t step, std::uint64_t examples, float loss)> on_update;
 };
 
 struct ShardResult {
   std::vector<float> theta, ema;
-  std::string records;         // step records as JSON lines (shards other than 0)
   std::uint64_t steps = 0;
   std::uint64_t examples = 0;  // accepted examples
   std::int64_t after_end = 0;  // gradients that arrived after the last update
 };
 
-ShardResult run_shard(const ShardSetup& setup);
+class Shard {
+ public:
+  explicit Shard(const ShardSetup& setup);
+  ~Shard();
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  // Serves workers and the evaluator until training has ended and every
+  // worker and the evaluator have said goodbye; then drains.
+  ShardResult run();
+
+ private:
+  struct Pending {
+    bool waiting = false;
+    std::uint64_t version = 0;
+  };
+
+  bool receive();
+  void on_worker_message(int w, int bytes, double seen);
+  void on_evaluator_message(int bytes);
+  bool apply_due();
+  void apply_one();
+  bool answer_pulls();
+  bool serve_evaluator();
+  void notify_evaluator();
+  void drain();
+  const comm::SharedMessage& publish();
+  bool done_training() const;
+  [[noreturn]] void protocol_error(const std::string& what) const;
+
+  const ShardSetup& m_st;
+  const config::Config& m_cfg;
+  const layout::Roles& m_roles;
+  const int m_self;
+  const int m_workers;
+  const std::size_t m_count;
+  const bool m_has_eval;
+  const bool m_use_ema;
+
+  ShardCore m_core;
+  std::vector<float> m_theta, m_mean;
+  optim::Optimizer m_opt;
+  optim::Ema m_ema;
+  optim::ScheduleOptions m_sched;
+
+  // Receives: slot w for worker w, slot K for the evaluator.
+  comm::RecvSlots m_recvs;
+  comm::SendQueue m_data_sends, m_ctrl_sends;
+  std::vector<comm::SharedMessage> m_snapshots;  // published versions, reused once free
+  comm::SharedMessage m_current;                 // snapshot of the current version, if any
+  comm::SharedMessage m_stop;                    // STOP, built once at the end
+
+  std::vector<Pending> m_pending;  // a worker's request waiting for an answer
+  std::vector<char> m_done;        // worker said goodbye
+  int m_done_workers = 0;
+  bool m_eval_done;
+  bool m_eval_waiting = false;
+  bool m_eval_notified = false;
+  std::uint64_t m_eval_version = 0;
+
+  bool m_finished = false;
+  std::uint64_t m_examples = 0;
+  std::int64_t m_after_end = 0;
+  std::mt19937_64 m_rng;  // the order of receives that completed together
+  comm::IdleBackoff m_backoff;
+};
 
 }  // namespace syncopt::ps

@@ -3,23 +3,24 @@
 
 #include <algorithm>
 
+#include "comm/protocol.hpp"
 #include "common/error.hpp"
 
 namespace syncopt::ps {
 
-Mode parse_mode(const std::string& mode) {
-  if (mode == "sync") return Mode::kSync;
-  if (mode == "timeout") return Mode::kTimeout;
-  if (mode == "async") return Mode::kAsync;
-  if (mode == "ssp") return Mode::kSsp;
-  if (mode == "softsync") return Mode::kSoftsync;
-  throw ConfigError("train.mode = \"" + mode + "\" has no parameter server");
-}
+using config::Mode;
 
-ShardCore::ShardCore(Mode mode, int workers, int n, std::size_t count, double timeout_s)
-    : m_mode(mode), m_workers(workers), m_n(n), m_count(count), m_timeout_s(timeout_s),
-      m_drops(static_cast<std::size_t>(workers), 0) {
-  if (mode == Mode::kSync || mode == Mode::kTimeout) {
+ShardCore::ShardCore(Mode mode, int workers, int n, std::size_t count, double timeout_s,
+                     std::int64_t ssp_bound)
+    : m_mode(mode), m_versioned(config::traits(mode).versioned), m_workers(workers), m_n(n),
+      m_count(count), m_timeout_s(timeout_s), m_ssp_bound(ssp_bound),
+      m_drops(static_cast<std::size_t>(workers), 0), m_clock(static_cast<std::size_t>(workers), 0),
+      m_retired(static_cast<std::size_t>(workers), 0) {
+  if (!config::traits(mode).uses_ps) {
+    throw InternalError("ShardCore for train.mode = \"" + std::string(config::mode_name(mode)) +
+                        "\", which has no parameter server");
+  }
+  if (m_versioned) {
     m_slots.assign(static_cast<std::size_t>(workers), std::vector<float>(count));
     m_contributed.assign(static_cast<std::size_t>(workers), 0);
   } else {
@@ -46,7 +47,7 @@ bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, fl
                         double compute_s, double now, std::uint64_t seq) {
   const auto w = static_cast<std::size_t>(worker);
   const auto staleness = static_cast<std::int64_t>(m_version) - static_cast<std::int64_t>(version);
-  if (m_mode == Mode::kSync || m_mode == Mode::kTimeout) {
+  if (m_versioned) {
     // Fresh, first from this worker in this step, and among the first N.
     const bool accept = version == m_version && !m_contributed[w] && m_used < m_n;
     record(worker, version, accept, staleness, compute_s, loss, now, seq);
@@ -74,6 +75,8 @@ bool ShardCore::ready(double now) const {
     case Mode::kSoftsync: return m_used >= m_n;
     case Mode::kAsync:
     case Mode::kSsp: return m_used >= 1;
+    case Mode::kLocal:
+    case Mode::kAllreduce: break;
   }
   return false;
 }
@@ -86,7 +89,7 @@ double ShardCore::time_to_deadline(double now) const {
 StepRecord ShardCore::apply(float* mean, double now) {
   if (m_used == 0) throw InternalError("shard apply() with no gradient");
   const float inv = 1.0f / static_cast<float>(m_used);
-  if (m_mode == Mode::kSync || m_mode == Mode::kTimeout) {
+  if (m_versioned) {
     // Sum in worker order: the same N gradients give the same bits whatever
     // order they arrived in.
     bool first = true;
@@ -122,6 +125,22 @@ StepRecord ShardCore::apply(float* mean, double now) {
   m_step_start = now;
   m_current = StepRecord{};
   return out;
+}
+
+void ShardCore::on_push(int worker) { ++m_clock[static_cast<std::size_t>(worker)]; }
+
+void ShardCore::retire(int worker) { m_retired[static_cast<std::size_t>(worker)] = 1; }
+
+bool ShardCore::may_answer(int worker, std::uint64_t wanted) const {
+  if (wanted == comm::kAnyVersion) return true;
+  if (m_versioned) return m_version > wanted;
+  if (m_mode != Mode::kSsp) return true;
+  std::int64_t slowest = -1;
+  for (std::size_t v = 0; v < m_clock.size(); ++v) {
+    if (m_retired[v]) continue;
+    slowest = slowest < 0 ? m_clock[v] : std::min(slowest, m_clock[v]);
+  }
+  return slowest < 0 || m_clock[static_cast<std::size_t>(worker)] - slowest <= m_ssp_bound;
 }
 
 }  // namespace syncopt::ps

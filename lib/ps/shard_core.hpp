@@ -1,6 +1,7 @@
 // The decision logic of one parameter-server shard, free of MPI so that it
 // can be tested exactly: which gradients are accepted or dropped, when an
-// update is applied, what it averages, and what the step record says.
+// update is applied, what it averages, what the step record says, and when
+// a worker's request for parameters may be answered.
 //
 //   sync:     accept a gradient iff its version equals the shard's version t,
 //             its worker has not contributed to step t yet, and fewer than N
@@ -10,43 +11,34 @@
 //             first accepted gradient of the step (with >= 1 gradient).
 //   async/ssp: apply every gradient on arrival (staleness = t - version).
 //   softsync: apply the mean of every c gradients, whatever their version.
+//
+// Answering a pull (a worker asking for parameters newer than `v`):
+//   sync/timeout: once the shard's version t > v (one gradient per worker
+//             per step; a late worker is answered at once);
+//   ssp:      Ho et al.'s stale synchronous parallel clock bound: a worker
+//             that has pushed c_w gradients is answered iff
+//             c_w - min over live workers of c_v <= ssp_bound;
+//   async/softsync: at once.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "config/mode.hpp"
+#include "metrics/step_record.hpp"
+
 namespace syncopt::ps {
 
-struct GradRecord {
-  int worker = 0;
-  double arrival_s = 0.0;  // since the step's start
-  std::uint64_t version = 0;
-  bool accepted = false;
-  std::int64_t staleness = 0;
-  double compute_s = 0.0;
-  float loss = 0.0f;
-  std::uint64_t seq = 0;  // the worker's own gradient counter (matches across shards)
-};
-
-struct StepRecord {
-  std::uint64_t step = 0;     // 1-based index of the update
-  std::uint64_t version = 0;  // shard version the update was applied to
-  double t_start = 0.0;       // run-relative seconds
-  double t_apply = 0.0;
-  float lr = 0.0f;
-  float loss = 0.0f;          // mean loss of the applied gradients
-  int used = 0;               // gradients averaged
-  std::vector<GradRecord> grads;
-};
-
-enum class Mode { kSync, kTimeout, kAsync, kSsp, kSoftsync };
-Mode parse_mode(const std::string& mode);
+using metrics::GradRecord;
+using metrics::StepRecord;
 
 class ShardCore {
  public:
-  // workers: K; n: N (sync/timeout) or c (softsync); count: floats in the slice.
-  ShardCore(Mode mode, int workers, int n, std::size_t count, double timeout_s);
+  // mode: a parameter-server mode; workers: K; n: N (sync/timeout) or c
+  // (softsync); count: floats in the slice; ssp_bound: s of ssp.
+  ShardCore(config::Mode mode, int workers, int n, std::size_t count, double timeout_s,
+            std::int64_t ssp_bound = 0);
 
   // A gradient from `worker`, computed on `version`, arrived at run time
   // `now`. Accepted ones are kept (copied) for the next update.
@@ -67,19 +59,32 @@ class ShardCore {
   // record's t_apply and the next record's t_start are the same instant.
   void set_step_start(double now) { m_step_start = now; }
 
+  // The SSP clock: `worker` pushed one more gradient (counted whether or
+  // not it is still applied, e.g. after the last update).
+  void on_push(int worker);
+  // `worker` will send nothing more (done, or dead): it no longer holds
+  // the slowest clock back.
+  void retire(int worker);
+  // Whether `worker`'s request for parameters newer than `wanted` may be
+  // answered now (comm::kAnyVersion: at once). See the rules above.
+  bool may_answer(int worker, std::uint64_t wanted) const;
+
   std::uint64_t version() const { return m_version; }
   // Gradients dropped so far, per worker.
   const std::vector<std::int64_t>& drops() const { return m_drops; }
   int pending() const { return m_used; }
+  const std::vector<std::int64_t>& clocks() const { return m_clock; }
 
  private:
   void record(int worker, std::uint64_t version, bool accepted, std::int64_t staleness,
               double compute_s, float loss, double now, std::uint64_t seq);
 
-  Mode m_mode;
+  config::Mode m_mode;
+  bool m_versioned;
   int m_workers, m_n;
   std::size_t m_count;
   double m_timeout_s;
+  std::int64_t m_ssp_bound;
   std::uint64_t m_version = 0;
   double m_step_start = 0.0;
   double m_first_accept = -1.0;
@@ -89,6 +94,8 @@ class ShardCore {
   int m_used = 0;
   double m_loss_sum = 0.0;
   std::vector<std::int64_t> m_drops;
+  std::vector<std::int64_t> m_clock;  // gradients pushed, per worker (ssp)
+  std::vector<char> m_retired;
   StepRecord m_current;
 };
 

@@ -1,12 +1,13 @@
 // Distributed training under mpirun/srun: every rank takes its role from its
-// rank (roles.hpp), runs the role's loop, and all ranks meet once at the end
-// to gather the final parameters, the records and the verdict.
+// rank (layout/roles.hpp), runs the role's loop, and all ranks meet once at
+// the end to gather the final parameters, the records and the verdict.
 #pragma once
 
 #include <filesystem>
 #include <string>
 
 #include "config/config.hpp"
+#include "train/compute.hpp"
 
 namespace syncopt::train {
 
@@ -15,9 +16,10 @@ struct DistributedResult {
   std::string report;  // rank 0: the end-of-run report text
 };
 
-// Requires MPI to be initialised. Errors that every rank agrees on are
-// thrown on every rank with the same exit code (AgreedError on the ranks
-// that only learned of it), so no rank hangs and no rank aborts the job.
-DistributedResult run_distributed(const config::Config& cfg, bool quiet);
+// Requires MPI to be initialised and a world of more than one rank. Errors
+// of the set-up and end phases are agreed on by every rank (comm/agree.hpp):
+// each rank throws AgreedError with the same exit code. An error inside a
+// role's loop is this rank's alone.
+DistributedResult run_distributed(const config::Config& cfg, const Compute& compute, bool quiet);
 
 }  // namespace syncopt::train

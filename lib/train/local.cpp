@@ -2,253 +2,212 @@
 #include "train/local.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
+#include <memory>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/clock.hpp"
 #include "common/error.hpp"
 #include "data/batch.hpp"
+#include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
+#include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
+#include "train/inputs.hpp"
 
 namespace syncopt::train {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+class LocalTrainer {
+ public:
+  LocalTrainer(const config::Config& cfg, const Compute& compute, bool quiet);
+  LocalResult run();
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+ private:
+  void step(std::int64_t k);
+  void finish();
+
+  const config::Config& m_cfg;
+  const int m_batch;
+  data::TrainTest m_data;
+  nn::ModelSpec m_spec;
+  nn::ParamLayout m_layout;
+  std::unique_ptr<nn::Backend> m_backend;
+  std::unique_ptr<nn::Network> m_net;
+  layout::Plan m_plan;
+  std::vector<float> m_params, m_grad;
+  std::unique_ptr<optim::Optimizer> m_opt;
+  std::unique_ptr<optim::Ema> m_ema;
+  optim::ScheduleOptions m_sched;
+  bool m_use_ema;
+  bool m_quiet;
+
+  LocalResult m_result;
+  std::unique_ptr<metrics::StepLog> m_steps;
+  std::unique_ptr<metrics::JsonlWriter> m_eval_file;
+  std::unique_ptr<EvalLog> m_eval;
+  std::unique_ptr<data::BatchLoader> m_loader;
+  std::unique_ptr<metrics::Progress> m_progress;
+  RunClock m_clock;
+  EvalTimer m_timer;
+  double m_eval_s = 0.0;  // time spent evaluating, excluded from throughput
+  double m_loss_avg = 0.0;
+  std::int64_t m_examples = 0;
+};
+
+// Everything that can fail on input happens before any output exists.
+LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bool quiet)
+    : m_cfg(cfg), m_batch(static_cast<int>(cfg.train.batch)), m_use_ema(cfg.optim.ema > 0.0),
+      m_quiet(quiet), m_timer(cfg.eval) {
+  const RunClock load_clock;
+  m_data = data::load(load_options(cfg));
+  spdlog::info("data: {} train / {} test examples of {}x{}x{}, {} classes ({:.2f}s)",
+               m_data.train.count, m_data.test.count, m_data.train.channels,
+               m_data.train.height, m_data.train.width, m_data.train.classes, load_clock.now());
+  if (m_data.train.count < m_batch) {
+    throw ConfigError("train.batch = " + std::to_string(m_batch) + " is larger than the " +
+                      std::to_string(m_data.train.count) +
+                      " training examples; lower train.batch or raise data.limit_train");
+  }
+  m_spec = model_spec(cfg, m_data.train);
+  m_layout = nn::param_layout(m_spec);
+  m_backend = compute.make_backend(0);
+  m_net = m_backend->make_network(m_spec, std::max<int>(m_batch, static_cast<int>(cfg.eval.batch)));
+  m_params.resize(m_layout.count);
+  m_grad.resize(m_layout.count);
+  nn::init_params(m_spec, m_layout, m_params.data(), cfg.run.seed);
+  m_plan = layout::make_plan(cfg, layout::make_roles(cfg, 1), m_data.train.count);
+  m_sched = optim::schedule_options(cfg.optim, m_plan.total_epochs, m_plan.lr_multiplier);
+  m_opt = std::make_unique<optim::Optimizer>(optim::optimizer_options(cfg.optim), m_layout.count);
+  m_ema = std::make_unique<optim::Ema>(cfg.optim.ema, m_params.data(),
+                                       m_use_ema ? m_layout.count : 0);
+}
+
+LocalResult LocalTrainer::run() {
+  m_result.run_dir = metrics::create_run_dir(m_cfg.run.dir, m_cfg.run.name, m_cfg.run.overwrite);
+  metrics::write_file_atomic(m_result.run_dir / "config.toml", config::to_toml(m_cfg));
+  m_steps = std::make_unique<metrics::StepLog>(
+      metrics::StepLog::to_file(m_result.run_dir / "steps.jsonl"));
+  m_eval_file = std::make_unique<metrics::JsonlWriter>(m_result.run_dir / "eval.jsonl");
+  m_eval = std::make_unique<EvalLog>(*m_net, m_data.test, *m_eval_file, m_plan.train_count,
+                                     m_use_ema, m_clock);
+  spdlog::info("run directory: {}", m_result.run_dir.string());
+  spdlog::info("model {} ({} parameters), backend {} with {} thread(s), batch {}, {} steps "
+               "({:.2f} epochs)",
+               m_spec.name, m_layout.count, m_backend->name(), m_cfg.compute.threads, m_batch,
+               m_plan.total_steps, m_sched.total_epochs);
+  m_loader = std::make_unique<data::BatchLoader>(m_data.train, m_batch, m_cfg.run.seed, 0, 1,
+                                                 m_cfg.data.augment, augment_options(m_cfg));
+  const auto total = static_cast<std::int64_t>(m_plan.total_steps);
+  m_progress = std::make_unique<metrics::Progress>(total, m_cfg.run.progress_every_steps, m_quiet);
+  m_clock.restart();
+  for (std::int64_t k = 1; k <= total; ++k) step(k);
+  finish();
+  return m_result;
+}
+
+void LocalTrainer::step(std::int64_t k) {
+  const double t_start = m_clock.now();
+  m_loader->next();
+  const double epoch = static_cast<double>(m_examples) / m_plan.train_count;
+  const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch));
+  const float loss = m_net->train_step(m_params.data(), m_loader->images(), m_loader->labels(),
+                                       m_batch, m_grad.data());
+  if (!std::isfinite(loss)) {
+    throw Error(ExitCode::kInternal,
+                "loss became " + std::to_string(loss) + " at step " + std::to_string(k) + " (lr " +
+                    std::to_string(lr) +
+                    "): training diverged; lower optim.lr or use a warmup schedule");
+  }
+  const double arrival = m_clock.now() - t_start;
+  m_opt->step(m_params.data(), m_grad.data(), lr);
+  if (m_use_ema) m_ema->update(m_params.data());
+  m_examples += m_batch;
+  m_loss_avg = k == 1 ? loss : 0.98 * m_loss_avg + 0.02 * loss;
+
+  metrics::StepRecord rec;
+  rec.step = static_cast<std::uint64_t>(k);
+  rec.version = rec.step - 1;
+  rec.t_start = t_start;
+  rec.t_apply = m_clock.now();
+  rec.lr = lr;
+  rec.loss = loss;
+  rec.used = 1;
+  rec.grads.push_back({0, arrival, rec.version, true, 0, arrival, loss, rec.version});
+  m_steps->write(rec);
+
+  const double elapsed = m_clock.now();
+  m_progress->update(k, static_cast<double>(m_examples) / m_plan.train_count, m_loss_avg,
+                     static_cast<double>(m_examples) / std::max(1e-9, elapsed - m_eval_s),
+                     elapsed);
+  if (static_cast<std::uint64_t>(k) != m_plan.total_steps && m_timer.due(rec.step, elapsed)) {
+    const EvalPoint p = m_eval->run(rec.step, static_cast<std::uint64_t>(m_examples),
+                                    m_params.data(), m_use_ema ? m_ema->data() : m_params.data());
+    m_eval_s += p.eval_s;
+    m_timer.mark(p.wall_s);
+    m_progress->note(m_eval->describe(p));
+  }
+}
+
+// The final evaluation, then the outputs: the parameters, and summary.json
+// last, so that a summary on disk means the run is complete.
+void LocalTrainer::finish() {
+  const EvalPoint p = m_eval->run(m_plan.total_steps, static_cast<std::uint64_t>(m_examples),
+                                  m_params.data(), m_use_ema ? m_ema->data() : m_params.data());
+  m_eval_s += p.eval_s;
+  m_progress->note(m_eval->describe(p));
+  m_progress->finish();
+  m_steps->flush();
+
+  m_result.steps = static_cast<std::int64_t>(m_plan.total_steps);
+  m_result.examples = m_examples;
+  m_result.wall_s = m_clock.now();
+  m_result.final_eval = p.theta;
+  m_result.final_eval_ema = p.ema;
+  const double train_s = m_result.wall_s - m_eval_s;
+  m_result.examples_per_s = static_cast<double>(m_examples) / std::max(1e-9, train_s);
+
+  // Final parameters, raw float32 in the layout's order (tests compare runs).
+  metrics::write_floats(m_result.run_dir / "params.f32", m_params);
+  metrics::write_floats(m_result.run_dir / "params_ema.f32",
+                        m_use_ema ? std::vector<float>(m_ema->data(), m_ema->data() + m_ema->count())
+                                  : m_params);
+
+  // The same analysis as a distributed run's, so `syncopt report` reads both.
+  metrics::RunInfo info;
+  info.mode = config::Mode::kLocal;
+  info.batch = m_batch;
+  info.wall_s = m_result.wall_s;
+  info.examples = static_cast<std::uint64_t>(m_examples);
+  info.epochs = static_cast<double>(m_examples) / m_plan.train_count;
+  info.test_loss = p.theta.loss;
+  info.test_acc = p.theta.accuracy;
+  info.test_loss_ema = p.ema.loss;
+  info.test_acc_ema = p.ema.accuracy;
+  metrics::write_summary(m_result.run_dir, info,
+                         {{"examples_per_s", m_result.examples_per_s},  // without evaluation
+                          {"train_s", train_s},
+                          {"eval_s", m_eval_s},
+                          {"model", m_spec.name},
+                          {"params", m_layout.count},
+                          {"backend", m_backend->name()},
+                          {"threads", m_cfg.compute.threads},
+                          {"run_dir", m_result.run_dir.string()}});
 }
 
 }  // namespace
 
-EvalResult evaluate(nn::Network& net, const float* params, const data::Dataset& data) {
-  const int max_batch = net.max_batch();
-  std::vector<float> logits(static_cast<std::size_t>(max_batch) * data.classes);
-  double loss_sum = 0.0;
-  std::int64_t correct = 0;
-  for (std::int64_t start = 0; start < data.count; start += max_batch) {
-    const int n = static_cast<int>(std::min<std::int64_t>(max_batch, data.count - start));
-    net.predict(params, data.image(start), n, logits.data());
-    for (int i = 0; i < n; ++i) {
-      const float* z = logits.data() + static_cast<std::size_t>(i) * data.classes;
-      const int label = data.labels[static_cast<std::size_t>(start + i)];
-      const float zmax = *std::max_element(z, z + data.classes);
-      double sum = 0.0;
-      for (int k = 0; k < data.classes; ++k) sum += std::exp(static_cast<double>(z[k] - zmax));
-      loss_sum += std::log(sum) - static_cast<double>(z[label] - zmax);
-      if (std::max_element(z, z + data.classes) - z == label) ++correct;
-    }
-  }
-  EvalResult r;
-  if (data.count > 0) {
-    r.loss = loss_sum / static_cast<double>(data.count);
-    r.accuracy = static_cast<double>(correct) / static_cast<double>(data.count);
-  }
-  return r;
-}
-
-void write_eval(metrics::JsonlWriter& log, std::uint64_t step, double wall_s,
-                std::uint64_t examples, double train_count, const EvalResult& raw,
-                const EvalResult& avg) {
-  log.write({{"step", step},
-             {"wall_s", wall_s},
-             {"examples", examples},
-             {"epoch", static_cast<double>(examples) / train_count},
-             {"test_loss", raw.loss},
-             {"test_acc", raw.accuracy},
-             {"test_loss_ema", avg.loss},
-             {"test_acc_ema", avg.accuracy}});
-  log.flush();
-}
-
-nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train) {
-  nn::ModelSpec spec;
-  spec.name = cfg.model.name;
-  spec.channels = train.channels;
-  spec.height = train.height;
-  spec.width = train.width;
-  spec.classes = train.classes;
-  spec.weight_norm = cfg.model.weight_norm;
-  spec.mlp_hidden = static_cast<int>(cfg.model.mlp_hidden);
-  return spec;
-}
-
-data::LoadOptions load_options(const config::Config& cfg) {
-  data::LoadOptions o;
-  o.name = cfg.data.name;
-  o.path = cfg.data.path;
-  o.limit_train = cfg.data.limit_train;
-  o.limit_test = cfg.data.limit_test;
-  o.synthetic_train = cfg.data.synthetic_train;
-  o.synthetic_test = cfg.data.synthetic_test;
-  o.seed = cfg.run.seed;
-  return o;
-}
-
-LocalResult run_local(const config::Config& cfg, bool quiet) {
+LocalResult run_local(const config::Config& cfg, const Compute& compute, bool quiet) {
   if (cfg.run.resume) {
     throw ConfigError("run.resume = true: resuming from a checkpoint is not implemented in this "
                       "version; start a new run (run.resume = false)");
   }
-  // 1. Everything that can fail on input happens before any output exists.
-  const auto t_load = Clock::now();
-  data::TrainTest data = data::load(load_options(cfg));
-  spdlog::info("data: {} train / {} test examples of {}x{}x{}, {} classes ({:.2f}s)",
-               data.train.count, data.test.count, data.train.channels, data.train.height,
-               data.train.width, data.train.classes, seconds_since(t_load));
-  const int batch = static_cast<int>(cfg.train.batch);
-  if (data.train.count < batch) {
-    throw ConfigError("train.batch = " + std::to_string(batch) + " is larger than the " +
-                      std::to_string(data.train.count) +
-                      " training examples; lower train.batch or raise data.limit_train");
-  }
-  const nn::ModelSpec spec = model_spec(cfg, data.train);
-  const nn::ParamLayout layout = nn::param_layout(spec);
-  auto backend = nn::make_backend(cfg.compute.backend, static_cast<int>(cfg.compute.threads));
-  auto net = backend->make_network(spec, std::max<int>(batch, static_cast<int>(cfg.eval.batch)));
-  std::vector<float> params(layout.count), grad(layout.count);
-  nn::init_params(spec, layout, params.data(), cfg.run.seed);
-
-  const double train_count = static_cast<double>(data.train.count);
-  const std::int64_t total_steps =
-      cfg.train.steps > 0
-          ? cfg.train.steps
-          : static_cast<std::int64_t>(std::ceil(cfg.train.epochs * train_count / batch));
-  // N = 1 in local mode.
-  const optim::ScheduleOptions sched = optim::schedule_options(
-      cfg.optim, static_cast<double>(total_steps) * batch / train_count, 1.0);
-  optim::Optimizer opt(optim::optimizer_options(cfg.optim), layout.count);
-  const bool use_ema = cfg.optim.ema > 0.0;
-  optim::Ema ema(cfg.optim.ema, params.data(), use_ema ? layout.count : 0);
-
-  // 2. Outputs.
-  LocalResult result;
-  result.run_dir = metrics::create_run_dir(cfg.run.dir, cfg.run.name, cfg.run.overwrite);
-  metrics::write_file_atomic(result.run_dir / "config.toml", config::to_toml(cfg));
-  metrics::JsonlWriter steps_log(result.run_dir / "steps.jsonl");
-  metrics::JsonlWriter eval_log(result.run_dir / "eval.jsonl");
-  spdlog::info("run directory: {}", result.run_dir.string());
-  spdlog::info("model {} ({} parameters), backend {} with {} thread(s), batch {}, {} steps "
-               "({:.2f} epochs)",
-               spec.name, layout.count, backend->name(), cfg.compute.threads, batch, total_steps,
-               sched.total_epochs);
-
-  // 3. Train.
-  data::BatchLoader loader(data.train, batch, cfg.run.seed, 0, 1, cfg.data.augment,
-                          {cfg.data.augment_max_rotate_deg, cfg.data.augment_max_zoom});
-
-  metrics::Progress progress(total_steps, cfg.run.progress_every_steps, quiet);
-  const auto t_run = Clock::now();
-  double eval_s = 0.0;  // time spent evaluating, excluded from throughput
-  double last_eval_wall = 0.0;
-  double loss_avg = 0.0;
-  std::int64_t examples = 0;
-
-  auto run_eval = [&](std::int64_t step) {
-    const auto t0 = Clock::now();
-    const EvalResult raw = evaluate(*net, params.data(), data.test);
-    const EvalResult avg = use_ema ? evaluate(*net, ema.data(), data.test) : raw;
-    eval_s += seconds_since(t0);
-    const double wall = seconds_since(t_run);
-    last_eval_wall = wall;
-    write_eval(eval_log, static_cast<std::uint64_t>(step), wall,
-               static_cast<std::uint64_t>(examples), train_count, raw, avg);
-    char line[160];
-    std::snprintf(line, sizeof(line), "eval step %lld epoch %.2f: test_acc %.2f%%  ema %.2f%%  "
-                  "test_loss %.4f",
-                  static_cast<long long>(step), static_cast<double>(examples) / train_count,
-                  100.0 * raw.accuracy, 100.0 * avg.accuracy, raw.loss);
-    progress.note(line);
-    result.final_eval = raw;
-    result.final_eval_ema = avg;
-  };
-
-  for (std::int64_t step = 1; step <= total_steps; ++step) {
-    const auto t_start = Clock::now();
-    const double t_start_s = seconds_since(t_run);
-    loader.next();
-    const double epoch = static_cast<double>(examples) / train_count;
-    const auto lr = static_cast<float>(optim::learning_rate(sched, epoch));
-    const float loss = net->train_step(params.data(), loader.images(), loader.labels(), batch,
-                                       grad.data());
-    if (!std::isfinite(loss)) {
-      throw Error(ExitCode::kInternal,
-                  "loss became " + std::to_string(loss) + " at step " + std::to_string(step) +
-                      " (lr " + std::to_string(lr) +
-                      "): training diverged; lower optim.lr or use a warmup schedule");
-    }
-    const double arrival = seconds_since(t_start);
-    opt.step(params.data(), grad.data(), lr);
-    if (use_ema) ema.update(params.data());
-    examples += batch;
-    const double step_s = seconds_since(t_start);
-    loss_avg = step == 1 ? loss : 0.98 * loss_avg + 0.02 * loss;
-
-    steps_log.write({{"step", step},
-                     {"shard", 0},
-                     {"t_start", t_start_s},
-                     {"t_apply", t_start_s + step_s},
-                     {"version", step - 1},
-                     {"lr", lr},
-                     {"loss", loss},
-                     {"grads",
-                      {{{"worker", 0},
-                        {"arrival_s", arrival},
-                        {"version", step - 1},
-                        {"accepted", true},
-                        {"staleness", 0},
-                        {"compute_s", arrival}}}}});
-    const double elapsed = seconds_since(t_run);
-    progress.update(step, static_cast<double>(examples) / train_count, loss_avg,
-                    static_cast<double>(examples) / std::max(1e-9, elapsed - eval_s), elapsed);
-    const bool by_steps = cfg.eval.every_steps > 0 && step % cfg.eval.every_steps == 0;
-    const bool by_time = cfg.eval.every_s > 0.0 && elapsed - last_eval_wall >= cfg.eval.every_s;
-    if ((by_steps || by_time) && step != total_steps) run_eval(step);
-  }
-  run_eval(total_steps);
-  progress.finish();
-  steps_log.flush();
-
-  result.steps = total_steps;
-  result.examples = examples;
-  result.wall_s = seconds_since(t_run);
-  const double train_s = result.wall_s - eval_s;
-  result.examples_per_s = static_cast<double>(examples) / std::max(1e-9, train_s);
-
-  // The same analysis as a distributed run's, so `syncopt report` reads both.
-  metrics::RunInfo info;
-  info.mode = "local";
-  info.batch = batch;
-  info.wall_s = result.wall_s;
-  info.examples = static_cast<std::uint64_t>(examples);
-  info.epochs = static_cast<double>(examples) / train_count;
-  info.test_loss = result.final_eval.loss;
-  info.test_acc = result.final_eval.accuracy;
-  info.test_loss_ema = result.final_eval_ema.loss;
-  info.test_acc_ema = result.final_eval_ema.accuracy;
-  nlohmann::json summary =
-      metrics::analyze(metrics::read_jsonl(result.run_dir / "steps.jsonl"), info).summary;
-  // Training throughput without the time spent evaluating.
-  summary["examples_per_s"] = result.examples_per_s;
-  summary["train_s"] = train_s;
-  summary["eval_s"] = eval_s;
-  summary["model"] = spec.name;
-  summary["params"] = layout.count;
-  summary["backend"] = backend->name();
-  summary["threads"] = cfg.compute.threads;
-  summary["run_dir"] = result.run_dir.string();
-  metrics::write_file_atomic(result.run_dir / "summary.json", summary.dump(2) + "\n");
-  // Final parameters, raw float32 in the layout's order (tests compare runs).
-  metrics::write_floats(result.run_dir / "params.f32", params);
-  metrics::write_floats(result.run_dir / "params_ema.f32",
-                        use_ema ? std::vector<float>(ema.data(), ema.data() + ema.count()) : params);
-  return result;
+  LocalTrainer trainer(cfg, compute, quiet);
+  return trainer.run();
 }
 
 }  // namespace syncopt::train

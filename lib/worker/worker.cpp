@@ -4,11 +4,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "comm/mpi.hpp"
-#include "comm/poll.hpp"
 #include "comm/protocol.hpp"
 #include "common/error.hpp"
-#include "data/batch.hpp"
 
 namespace syncopt::worker {
 
@@ -24,148 +21,122 @@ double since(Clock::time_point t0) {
 
 }  // namespace
 
-WorkerResult run_worker(const WorkerSetup& st) {
-  const config::Config& cfg = *st.cfg;
-  const train::Roles& roles = *st.roles;
-  const int S = roles.shards;
-  const int self_rank = roles.worker_rank(st.worker);
-  const int batch = static_cast<int>(cfg.train.batch);
-  data::BatchLoader loader(*st.train, batch, cfg.run.seed, st.worker, roles.workers,
-                           cfg.data.augment,
-                           {cfg.data.augment_max_rotate_deg, cfg.data.augment_max_zoom});
-
-  std::vector<float> params(st.param_count), grad(st.param_count);
-  std::vector<std::uint64_t> version(static_cast<std::size_t>(S), 0);
-  std::vector<char> stopped(static_cast<std::size_t>(S), 0);
-
-  std::vector<Message> replies;
-  for (int s = 0; s < S; ++s) replies.emplace_back(st.slices[static_cast<std::size_t>(s)].count);
-  std::vector<MPI_Request> reply_reqs(static_cast<std::size_t>(S), MPI_REQUEST_NULL);
-  // Two gradient buffers per shard: a send in flight never blocks the next
-  // computation, and a buffer is only rewritten once its send completed.
-  std::vector<Message> outbox[2];
-  std::vector<MPI_Request> out_reqs[2];
-  for (auto& box : outbox) {
-    for (int s = 0; s < S; ++s) box.emplace_back(st.slices[static_cast<std::size_t>(s)].count);
+Worker::Worker(const WorkerSetup& st)
+    : m_st(st), m_shards(st.roles->shards), m_rank(st.roles->worker_rank(st.worker)),
+      m_batch(static_cast<int>(st.cfg->train.batch)),
+      m_loader(*st.train, m_batch, st.cfg->run.seed, st.worker, st.roles->workers,
+               st.cfg->data.augment,
+               {st.cfg->data.augment_max_rotate_deg, st.cfg->data.augment_max_zoom}),
+      m_params(st.param_count), m_grad(st.param_count),
+      m_version(static_cast<std::size_t>(m_shards), 0),
+      m_stopped(static_cast<std::size_t>(m_shards), 0), m_sends(st.data_comm) {
+  for (int s = 0; s < m_shards; ++s) {
+    const auto count = st.slices[static_cast<std::size_t>(s)].count;
+    m_replies.add(s, comm::kTagToWorker, st.data_comm, count);
+    for (auto& box : m_outbox) box.push_back(std::make_shared<Message>(count));
   }
-  for (auto& r : out_reqs) r.assign(static_cast<std::size_t>(S), MPI_REQUEST_NULL);
-  std::vector<MPI_Request> small_sends;
-  comm::CancelOnExit cancel_receives(reply_reqs);
+}
 
-  auto post_replies = [&]() {
-    for (int s = 0; s < S; ++s) {
-      auto& m = replies[static_cast<std::size_t>(s)];
-      SYNCOPT_CHECK_MPI(MPI_Irecv(m.data(), m.max_bytes(), MPI_BYTE, s, comm::kTagToWorker,
-                                  st.data_comm, &reply_reqs[static_cast<std::size_t>(s)]));
-    }
-  };
-  auto header_to = [&](comm::MsgHeader& h, Kind kind, int shard) {
-    h = comm::MsgHeader{};
-    h.kind = static_cast<std::uint16_t>(kind);
-    h.sender = static_cast<std::uint32_t>(self_rank);
-    h.shard = static_cast<std::uint32_t>(shard);
-  };
-
-  // First pull: any version will do.
-  post_replies();
-  std::vector<Message> pulls;
-  for (int s = 0; s < S; ++s) {
-    pulls.emplace_back(0);
-    header_to(pulls.back().header(), Kind::kPull, s);
-    pulls.back().header().param_version = comm::kAnyVersion;
+WorkerResult Worker::run() {
+  pull_any();
+  while (receive_params()) {
+    compute();
+    push_gradient();
   }
-  for (int s = 0; s < S; ++s) {
-    MPI_Request r = MPI_REQUEST_NULL;
-    SYNCOPT_CHECK_MPI(MPI_Isend(pulls[static_cast<std::size_t>(s)].data(), Message::wire_bytes(0),
-                                MPI_BYTE, s, comm::kTagToShard, st.data_comm, &r));
-    small_sends.push_back(r);
-  }
+  say_goodbye();
+  m_result.gradients = m_step;
+  return m_result;
+}
 
-  WorkerResult result;
-  comm::IdleBackoff backoff;
-  std::vector<MPI_Status> statuses;
-  std::uint64_t step = 0;
-  for (;;) {
-    // One reply from every shard: new parameters or STOP.
-    const auto t_wait = Clock::now();
-    int outstanding = S;
-    while (outstanding > 0) {
-      const auto done = comm::wait_some(reply_reqs, statuses, backoff);
-      for (std::size_t j = 0; j < done.size(); ++j) {
-        const int s = done[j];
-        int bytes = 0;
-        MPI_Get_count(&statuses[j], MPI_BYTE, &bytes);
-        const auto& m = replies[static_cast<std::size_t>(s)];
-        const auto& slice = st.slices[static_cast<std::size_t>(s)];
-        const std::string err = comm::check_header(
-            m.header(), {static_cast<std::uint32_t>(s), {Kind::kParams, Kind::kStop},
-                         static_cast<std::uint32_t>(s), slice.count, bytes});
-        if (!err.empty()) {
-          throw InternalError("worker " + std::to_string(st.worker) + " (rank " +
-                              std::to_string(self_rank) + ") rejected a " + err);
-        }
-        if (static_cast<Kind>(m.header().kind) == Kind::kStop) {
-          stopped[static_cast<std::size_t>(s)] = 1;
-        } else {
-          std::copy_n(m.payload(), slice.count, params.begin() + static_cast<std::ptrdiff_t>(slice.offset));
-          version[static_cast<std::size_t>(s)] = m.header().param_version;
-        }
-        --outstanding;
+// The first pull: any version will do.
+void Worker::pull_any() {
+  for (int s = 0; s < m_shards; ++s) m_replies.post(s);
+  for (int s = 0; s < m_shards; ++s) {
+    m_sends.send(comm::make_message(0, comm::make_header(Kind::kPull, m_rank, s, comm::kAnyVersion)),
+                 s, comm::kTagToShard);
+  }
+}
+
+// One answer from every shard: new parameters or STOP. Returns false when
+// every shard has said STOP.
+bool Worker::receive_params() {
+  const auto t_wait = Clock::now();
+  int outstanding = m_shards;
+  while (outstanding > 0) {
+    for (const auto& d : m_replies.wait(m_backoff)) {
+      const int s = d.slot;
+      const auto& m = m_replies.message(s);
+      const auto& slice = m_st.slices[static_cast<std::size_t>(s)];
+      const std::string err = comm::check_header(
+          m.header(), {static_cast<std::uint32_t>(s), {Kind::kParams, Kind::kStop},
+                       static_cast<std::uint32_t>(s), slice.count, d.bytes});
+      if (!err.empty()) {
+        throw InternalError("worker " + std::to_string(m_st.worker) + " (rank " +
+                            std::to_string(m_rank) + ") rejected a " + err);
       }
+      if (static_cast<Kind>(m.header().kind) == Kind::kStop) {
+        m_stopped[static_cast<std::size_t>(s)] = 1;
+      } else {
+        std::copy_n(m.payload(), slice.count,
+                    m_params.begin() + static_cast<std::ptrdiff_t>(slice.offset));
+        m_version[static_cast<std::size_t>(s)] = m.header().param_version;
+      }
+      --outstanding;
     }
-    result.wait_s += since(t_wait);
-    if (std::all_of(stopped.begin(), stopped.end(), [](char c) { return c != 0; })) break;
-
-    loader.next();
-    const auto t_compute = Clock::now();
-    const float loss = st.net->train_step(params.data(), loader.images(), loader.labels(), batch,
-                                          grad.data());
-    const double compute_s = since(t_compute);
-    result.compute_s += compute_s;
-    const double delay = st.stragglers->delay_s(st.worker, step, compute_s);
-    if (delay > 0.0) {
-      comm::sleep_s(delay);
-      result.delay_s += delay;
-    }
-
-    const int b = static_cast<int>(step % 2);
-    comm::wait_all(out_reqs[b]);
-    post_replies();
-    for (int s = 0; s < S; ++s) {
-      auto& m = outbox[b][static_cast<std::size_t>(s)];
-      const auto& slice = st.slices[static_cast<std::size_t>(s)];
-      auto& h = m.header();
-      header_to(h, Kind::kGrad, s);
-      h.param_version = version[static_cast<std::size_t>(s)];
-      h.step_seq = step;
-      h.count = static_cast<std::uint32_t>(slice.count);
-      h.loss = loss;
-      h.compute_s = compute_s;  // pure compute, without injected delay
-      std::copy_n(grad.begin() + static_cast<std::ptrdiff_t>(slice.offset), slice.count, m.payload());
-      SYNCOPT_CHECK_MPI(MPI_Isend(m.data(), Message::wire_bytes(slice.count), MPI_BYTE, s,
-                                  comm::kTagToShard, st.data_comm,
-                                  &out_reqs[b][static_cast<std::size_t>(s)]));
-    }
-    ++step;
-    ++result.gradients;
   }
+  m_result.wait_s += since(t_wait);
+  return !std::all_of(m_stopped.begin(), m_stopped.end(), [](char c) { return c != 0; });
+}
 
-  // Tell every shard this worker is done, then drain every send.
-  std::vector<Message> byes;
-  for (int s = 0; s < S; ++s) {
-    byes.emplace_back(0);
-    header_to(byes.back().header(), Kind::kCtrl, s);
+void Worker::compute() {
+  m_loader.next();
+  const auto t_compute = Clock::now();
+  m_loss = m_st.net->train_step(m_params.data(), m_loader.images(), m_loader.labels(), m_batch,
+                                m_grad.data());
+  m_compute_s = since(t_compute);
+  m_result.compute_s += m_compute_s;
+  const double delay = m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
+  if (delay > 0.0) {
+    comm::sleep_s(delay);
+    m_result.delay_s += delay;
   }
-  for (int s = 0; s < S; ++s) {
-    MPI_Request r = MPI_REQUEST_NULL;
-    SYNCOPT_CHECK_MPI(MPI_Isend(byes[static_cast<std::size_t>(s)].data(), Message::wire_bytes(0),
-                                MPI_BYTE, s, comm::kTagToShard, st.data_comm, &r));
-    small_sends.push_back(r);
+}
+
+// Sends the gradient's slices (each also asks for newer parameters) after
+// posting the receives for the answers.
+void Worker::push_gradient() {
+  auto& box = m_outbox[m_step % 2];
+  // The buffers of two steps ago must be free before they are rewritten.
+  while (std::any_of(box.begin(), box.end(),
+                     [](const comm::SharedMessage& m) { return m.use_count() > 1; })) {
+    m_sends.progress();
+    m_backoff.idle();
   }
-  for (auto& r : out_reqs) comm::wait_all(r);
-  comm::wait_all(small_sends);
-  result.gradients = step;
-  return result;
+  m_backoff.busy();
+  for (int s = 0; s < m_shards; ++s) m_replies.post(s);
+  for (int s = 0; s < m_shards; ++s) {
+    const auto& slice = m_st.slices[static_cast<std::size_t>(s)];
+    auto& m = *box[static_cast<std::size_t>(s)];
+    auto& h = m.header();
+    h = comm::make_header(Kind::kGrad, m_rank, s, m_version[static_cast<std::size_t>(s)]);
+    h.step_seq = m_step;
+    h.count = static_cast<std::uint32_t>(slice.count);
+    h.loss = m_loss;
+    h.compute_s = m_compute_s;  // pure compute, without injected delay
+    std::copy_n(m_grad.begin() + static_cast<std::ptrdiff_t>(slice.offset), slice.count,
+                m.payload());
+    m_sends.send(box[static_cast<std::size_t>(s)], s, comm::kTagToShard);
+  }
+  ++m_step;
+}
+
+// Tells every shard this worker is done, then drains every send.
+void Worker::say_goodbye() {
+  for (int s = 0; s < m_shards; ++s) {
+    m_sends.send(comm::make_message(0, comm::make_header(Kind::kCtrl, m_rank, s)), s,
+                 comm::kTagToShard);
+  }
+  m_sends.drain();
 }
 
 }  // namespace syncopt::worker

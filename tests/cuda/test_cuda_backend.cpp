@@ -248,7 +248,7 @@ std::vector<ModelCase> model_cases() {
 }  // namespace
 
 TEST_CASE("cuda backend: predict and train_step equal the CPU backend", "[cuda][model]") {
-  auto cpu_backend = nn::make_backend("cpu", 1);
+  auto cpu_backend = nn::make_cpu_backend(1);
   auto gpu = gpu_backend();
   REQUIRE(gpu->name() == "cuda");
   for (const ModelCase& mc : model_cases()) {
@@ -315,7 +315,7 @@ TEST_CASE("cuda backend: SGD training follows the CPU backend", "[cuda][model][t
     return p;
   };
   std::vector<float> loss_cpu, loss_gpu;
-  auto cpu_backend = nn::make_backend("cpu", 1);
+  auto cpu_backend = nn::make_cpu_backend(1);
   auto gpu = gpu_backend();
   const auto p_cpu = train(*cpu_backend, loss_cpu);
   const auto p_gpu = train(*gpu, loss_gpu);

@@ -33,15 +33,13 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("sync applies exactly N fresh gradients and drops the slow worker's", "[mpi][sync]") {
+TEST_CASE("sync applies exactly N fresh gradients and counts every drop", "[mpi][sync]") {
+  // 1 PS + 4 workers, N = 3, b = 1, worker 3 slower by 150 ms. Which worker
+  // is late at a given step depends on the machine's timing, so this run
+  // checks what holds whatever the timing; that a late worker is never
+  // applied is shown exactly, with the order of events fixed by messages,
+  // by shard_mpi_np5 (tests/mpi/test_shard_mpi.cpp).
   const auto dir = temp_dir("exact");
-  // 1 PS + 4 workers, N = 3, b = 1; worker 3 waits 150 ms after every
-  // gradient, far longer than a step of the others (an MLP, a few ms), so it
-  // is always late once they are warm. The first steps are excluded from
-  // that claim: process start-up and the first oneDNN kernels can make a
-  // fast worker slower than 150 ms on a loaded machine, and then the
-  // "slow" one is legitimately among the first N.
-  constexpr std::size_t kWarmup = 5;
   const Result r = run_mpi(5, job(dir, "exact",
                                   "--set train.mode=sync --set train.backups=1 --set "
                                   "train.steps=250 --set model.name=mlp --set "
@@ -51,7 +49,7 @@ TEST_CASE("sync applies exactly N fresh gradients and drops the slow worker's", 
   REQUIRE(r.code == 0);
   const auto steps = read_jsonl(dir / "exact" / "steps.jsonl");
   REQUIRE(steps.size() == 250);
-  std::int64_t slow_seen = 0, slow_dropped = 0, slow_accepted = 0;
+  std::vector<std::int64_t> dropped(4, 0), accepted_by(4, 0);
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const auto& rec = steps[i];
     CHECK(rec["step"].get<std::uint64_t>() == i + 1);
@@ -61,26 +59,21 @@ TEST_CASE("sync applies exactly N fresh gradients and drops the slow worker's", 
     for (const auto& g : rec["grads"]) {
       const int w = g["worker"].get<int>();
       const bool acc = g["accepted"].get<bool>();
-      if (w == 3) {
-        ++(acc ? slow_accepted : slow_dropped);
-        if (i >= kWarmup) ++slow_seen;
-      }
+      ++(acc ? accepted_by : dropped)[static_cast<std::size_t>(w)];
       if (!acc) continue;
       ++accepted;
       CHECK(g["version"] == rec["version"]);  // fresh: computed on this step's version
       CHECK(contributors.insert(w).second);   // no worker twice in a step
-      if (i >= kWarmup) CHECK(w != 3);         // the slow worker is never applied
     }
     CHECK(accepted == 3);
     CHECK(rec["used"].get<int>() == 3);
   }
-  // Its gradients did reach the shard after the warm-up (so the checks
-  // above saw them), and every one not applied was counted as a drop.
-  CHECK(slow_seen >= 3);
+  // Every gradient not applied was counted as a drop, for every worker.
   const auto summary = nlohmann::json::parse(read_text(dir / "exact" / "summary.json"));
-  CHECK(summary["drops_per_worker"][3].get<std::int64_t>() == slow_dropped);
-  CHECK(summary["accepted_per_worker"][3].get<std::int64_t>() == slow_accepted);
-  CHECK(slow_accepted <= static_cast<std::int64_t>(kWarmup));
+  for (std::size_t w = 0; w < 4; ++w) {
+    CHECK(summary["drops_per_worker"][w].get<std::int64_t>() == dropped[w]);
+    CHECK(summary["accepted_per_worker"][w].get<std::int64_t>() == accepted_by[w]);
+  }
   fs::remove_all(dir);
 }
 
@@ -111,6 +104,57 @@ TEST_CASE("sync with b = 0, allreduce and local with batch N*B give the same par
                           "--set train.batch=24 --set optim.ema=0 --set optim.lr=1e-12 --set train.steps=1");
   REQUIRE(zero.code == 0);
   CHECK(max_abs_diff(p_sync, read_floats(dir / "init" / "params.f32")) > 1e-3);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("with the EMA on, sync b = 0, allreduce and local agree on theta and its average",
+          "[mpi][equivalence][ema]") {
+  // The shards keep the EMA of their slices; allreduce and local keep it
+  // whole. Same updates, same decay: the same averages.
+  const auto dir = temp_dir("equiv-ema");
+  // A decay below the warm-up rate (1 + t) / (10 + t) after a few steps, and
+  // not the momentum (0.9), so that a shard using the wrong decay differs.
+  const std::string common = " --set train.steps=12 --set optim.ema=0.4";
+  const Result sync = run_mpi(4, job(dir, "sync", "--set train.mode=sync --set train.backups=0" + common));
+  INFO(sync.output);
+  REQUIRE(sync.code == 0);
+  const Result ar = run_mpi(3, job(dir, "allreduce", "--set train.mode=allreduce" + common));
+  INFO(ar.output);
+  REQUIRE(ar.code == 0);
+  const Result local = run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" +
+                           dir.string() + " --set run.name=local --set model.name=logreg "
+                           "--set train.batch=24 --set optim.lr=0.1" + common);
+  INFO(local.output);
+  REQUIRE(local.code == 0);
+  const auto e_sync = read_floats(dir / "sync" / "params_ema.f32");
+  const auto e_ar = read_floats(dir / "allreduce" / "params_ema.f32");
+  const auto e_local = read_floats(dir / "local" / "params_ema.f32");
+  REQUIRE(!e_sync.empty());
+  CHECK(max_abs_diff(e_sync, e_ar) < 1e-5);
+  CHECK(max_abs_diff(e_sync, e_local) < 1e-5);
+  CHECK(max_abs_diff(read_floats(dir / "sync" / "params.f32"),
+                     read_floats(dir / "local" / "params.f32")) < 1e-5);
+  // The average lags theta: the comparison is not of theta with itself.
+  CHECK(max_abs_diff(e_sync, read_floats(dir / "sync" / "params.f32")) > 1e-4);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("optim.scale_lr_by_n multiplies the lr of every update by N", "[mpi][lr]") {
+  // 1 PS + 4 workers, b = 1: N = 3 (not K = 4); constant schedule.
+  const auto dir = temp_dir("lr");
+  const Result r = run_mpi(5, job(dir, "sync", "--set train.mode=sync --set train.backups=1 "
+                                               "--set train.steps=6 --set optim.scale_lr_by_n=true"));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const auto steps = read_jsonl(dir / "sync" / "steps.jsonl");
+  REQUIRE(steps.size() == 6);
+  for (const auto& rec : steps) CHECK(rec["lr"].get<double>() == Approx(0.3));  // 3 x 0.1
+  const Result ar = run_mpi(3, job(dir, "ar", "--set train.mode=allreduce --set train.steps=3 "
+                                              "--set optim.scale_lr_by_n=true"));
+  REQUIRE(ar.code == 0);
+  for (const auto& rec : read_jsonl(dir / "ar" / "steps.jsonl")) {
+    CHECK(rec["lr"].get<double>() == Approx(0.3));  // N = 3 ranks
+  }
   fs::remove_all(dir);
 }
 

@@ -15,13 +15,12 @@
 #include "common/error.hpp"
 #include "config/config.hpp"
 #include "ps/shard.hpp"
-#include "train/roles.hpp"
+#include "common/clock.hpp"
+#include "layout/roles.hpp"
 
 using namespace syncopt;
 
 namespace {
-
-double zero_clock() { return 0.0; }
 
 // Runs the shard on rank 0 against one message `make` builds on rank 1.
 // Returns (on rank 0) the error text, empty if none was thrown.
@@ -29,9 +28,12 @@ std::string shard_error_for(void (*make)(comm::Message&, std::size_t)) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   config::Config cfg;
-  cfg.train.mode = "sync";
+  cfg.train.mode = config::Mode::kSync;
   cfg.train.backups = 0;
-  const train::Roles roles = train::make_roles(cfg, 2);
+  cfg.train.steps = 5;
+  const layout::Roles roles = layout::make_roles(cfg, 2);
+  const layout::Plan plan = layout::make_plan(cfg, roles, 100);
+  const RunClock clock;
   const std::size_t count = 10;
   comm::Communicator data, ctrl;
   std::string error;
@@ -43,12 +45,15 @@ std::string shard_error_for(void (*make)(comm::Message&, std::size_t)) {
     st.shard = 0;
     st.slice = {0, count};
     st.initial = init.data();
-    st.total_steps = 5;
+    st.plan = &plan;
     st.data_comm = data.get();
     st.ctrl_comm = ctrl.get();
-    st.now = &zero_clock;
+    st.clock = &clock;
+    auto log = metrics::StepLog::in_memory();
+    st.steps_log = &log;
     try {
-      ps::run_shard(st);
+      ps::Shard shard(st);
+      shard.run();
     } catch (const InternalError& e) {
       error = e.what();
     }

@@ -202,7 +202,7 @@ TEST_CASE("overrides apply in order and win over the file", "[config]") {
                               "stragglers.workers=[1,2]", "run.name=\"quoted\"",
                               "data.path=/tmp/some data", "optim.scale_lr_by_n=true"});
   CHECK(c.train.batch == 64);
-  CHECK(c.train.mode == "async");  // bare text for a string key
+  CHECK(c.train.mode == cfg::Mode::kAsync);  // bare text for a string (enum) key
   CHECK(c.optim.lr == 2.0);
   CHECK(c.stragglers.workers == std::vector<std::int64_t>{1, 2});
   CHECK(c.run.name == "quoted");
@@ -321,7 +321,7 @@ TEST_CASE("to_toml writes every key and reads back equal", "[config]") {
   c.optim.decay_epochs = 3.0;
   c.optim.ema = 0.0;
   c.optim.weight_decay = 5e-4;
-  c.train.mode = "softsync";
+  c.train.mode = cfg::Mode::kSoftsync;
   c.train.batch = 128;
   c.train.steps = 1000;
   c.train.epochs = 2.75;

@@ -17,11 +17,13 @@
 #include "nn/backend.hpp"
 #include "nn/cpu_network.hpp"
 #include "nn/ops.hpp"
+#include "platform.hpp"
 
 namespace nn = syncopt::nn;
-using nn::cpu::LayerKind;
-using nn::cpu::LayerSpec;
-using nn::cpu::NetSpec;
+namespace app = syncopt::app;
+using nn::LayerKind;
+using nn::LayerSpec;
+using nn::NetSpec;
 
 namespace {
 
@@ -143,7 +145,7 @@ void check_net(const NetSpec& spec, int batch, std::uint64_t seed, const NetChec
                const nn::ModelSpec* model = nullptr) {
   nn::cpu::CpuNetwork net(spec, batch, 1);
   const nn::ParamLayout& layout = net.layout();
-  const std::int64_t classes = nn::cpu::output_count(spec);
+  const std::int64_t classes = nn::output_count(spec);
   std::vector<float> params = normal_floats(layout.count, seed, 0.5f);
   if (model != nullptr) {
     nn::init_params(*model, layout, params.data(), seed);
@@ -436,7 +438,7 @@ TEST_CASE("whole models: gradient vs finite differences", "[nn]") {
                                  std::pair{"logreg", true}}) {
     DYNAMIC_SECTION(name << (wn ? " with" : " without") << " weight norm") {
       const nn::ModelSpec spec = model(name, wn);
-      check_net(nn::cpu::net_spec(spec), 3, 21, opt, &spec);
+      check_net(nn::net_spec(spec), 3, 21, opt, &spec);
     }
   }
 }
@@ -446,7 +448,7 @@ TEST_CASE("predict agrees with train_step; small batches; determinism", "[nn]") 
   const nn::ParamLayout layout = nn::param_layout(spec);
   std::vector<float> params(layout.count);
   nn::init_params(spec, layout, params.data(), 5);
-  auto backend = nn::make_backend("cpu", 1);
+  auto backend = nn::make_cpu_backend(1);
   CHECK(backend->name() == "cpu");
   const int max_batch = 8;
   auto net = backend->make_network(spec, max_batch);
@@ -488,7 +490,7 @@ TEST_CASE("a few SGD steps on a fixed batch reduce the loss", "[nn]") {
     const nn::ParamLayout layout = nn::param_layout(spec);
     std::vector<float> params(layout.count), grad(layout.count);
     nn::init_params(spec, layout, params.data(), 9);
-    auto net = nn::make_backend("cpu", 1)->make_network(spec, 16);
+    auto net = nn::make_cpu_backend(1)->make_network(spec, 16);
     const std::vector<float> x = normal_floats(16 * 784, 10);
     const auto y = labels_for(16, 10, 11);
     const float first = net->train_step(params.data(), x.data(), y.data(), 16, grad.data());
@@ -507,18 +509,20 @@ TEST_CASE("a few SGD steps on a fixed batch reduce the loss", "[nn]") {
   }
 }
 
-TEST_CASE("make_backend: cpu, cuda without CUDA, unknown", "[nn]") {
-  CHECK(nn::make_backend("cpu", 1)->name() == "cpu");
-#if !SYNCOPT_HAS_CUDA
-  try {
-    nn::make_backend("cuda", 1);
-    FAIL("cuda backend in a build without CUDA");
-  } catch (const syncopt::ConfigError& e) {
-    CHECK(std::string(e.what()).find("-DSYNCOPT_WITH_CUDA=ON") != std::string::npos);
+TEST_CASE("make_compute: cpu, cuda without CUDA, unknown", "[nn]") {
+  CHECK(nn::make_cpu_backend(1)->name() == "cpu");
+  CHECK(app::make_compute("cpu", 1).make_backend(0)->name() == "cpu");
+  if (!app::built_with_cuda()) {
+    try {
+      app::make_compute("cuda", 1);
+      FAIL("cuda backend in a build without CUDA");
+    } catch (const syncopt::ConfigError& e) {
+      CHECK(std::string(e.what()).find("-DSYNCOPT_WITH_CUDA=ON") != std::string::npos);
+    }
   }
-#endif
-  CHECK_THROWS_AS(nn::make_backend("tpu", 1), syncopt::ConfigError);
-  CHECK_THROWS_AS(nn::make_backend("cpu", -1), syncopt::ConfigError);
-  CHECK_THROWS_AS(nn::make_backend("cpu", 1)->make_network(model("cnn", true), 0),
+  CHECK_THROWS_AS(app::make_compute("tpu", 1), syncopt::ConfigError);
+  CHECK_THROWS_AS(app::make_compute("cpu", -1), syncopt::ConfigError);
+  CHECK_THROWS_AS(nn::make_cpu_backend(-1), syncopt::ConfigError);
+  CHECK_THROWS_AS(nn::make_cpu_backend(1)->make_network(model("cnn", true), 0),
                   syncopt::ConfigError);
 }

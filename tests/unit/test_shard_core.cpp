@@ -7,10 +7,10 @@
 
 #include "comm/protocol.hpp"
 #include "ps/shard_core.hpp"
-#include "train/roles.hpp"
+#include "layout/roles.hpp"
 
 using namespace syncopt;
-using ps::Mode;
+using config::Mode;
 using ps::ShardCore;
 
 TEST_CASE("sync applies the mean of exactly the first N fresh gradients", "[ps]") {
@@ -105,7 +105,7 @@ TEST_CASE("timeout applies with fewer than N once the deadline passed", "[ps]") 
 }
 
 TEST_CASE("shard slices are balanced, contiguous and cover everything", "[ps]") {
-  const auto s = train::shard_slices(10, 3);
+  const auto s = layout::shard_slices(10, 3);
   REQUIRE(s.size() == 3);
   CHECK(s[0].offset == 0);
   CHECK(s[0].count == 4);
@@ -147,4 +147,73 @@ TEST_CASE("header validation names the sender and the fault", "[ps][protocol]") 
   auto short_msg = ok;
   short_msg.received_bytes = 12;
   CHECK(comm::check_header(h, short_msg).find("shorter than") != std::string::npos);
+}
+
+TEST_CASE("ssp answers a worker iff its clock is within the bound of the slowest", "[ps][ssp]") {
+  // K = 3, s = 1: a worker that has pushed c_w gradients gets new parameters
+  // iff c_w - min_v c_v <= 1 (Ho et al.'s SSP clock bound).
+  ShardCore core(Mode::kSsp, 3, 1, 1, 0.0, /*ssp_bound=*/1);
+  CHECK(core.may_answer(0, 0));  // clocks {0, 0, 0}
+  core.on_push(0);
+  CHECK(core.may_answer(0, 0));  // {1, 0, 0}: 1 - 0 <= 1
+  core.on_push(0);
+  CHECK_FALSE(core.may_answer(0, 0));  // {2, 0, 0}: 2 ahead, must wait
+  CHECK(core.may_answer(1, 0));        // the slow ones never wait
+  core.on_push(1);
+  CHECK_FALSE(core.may_answer(0, 0));  // {2, 1, 0}: worker 2 still holds it back
+  core.on_push(2);
+  CHECK(core.may_answer(0, 0));  // {2, 1, 1}: exactly at the bound
+  // The first pull (any version) is answered whatever the clocks.
+  core.on_push(0);
+  CHECK_FALSE(core.may_answer(0, 0));  // {3, 1, 1}
+  CHECK(core.may_answer(0, comm::kAnyVersion));
+  // A worker that has finished no longer holds the others back.
+  core.retire(1);
+  core.retire(2);
+  CHECK(core.may_answer(0, 0));
+  CHECK(core.clocks() == std::vector<std::int64_t>{3, 1, 1});
+
+  // s = 0: lock step.
+  ShardCore lock(Mode::kSsp, 2, 1, 1, 0.0, 0);
+  lock.on_push(0);
+  CHECK_FALSE(lock.may_answer(0, 0));
+  lock.on_push(1);
+  CHECK(lock.may_answer(0, 0));
+}
+
+TEST_CASE("sync answers a pull once the shard is past the version read", "[ps][sync]") {
+  ShardCore core(Mode::kSync, 2, 1, 1, 0.0);
+  const float g = 1.0f;
+  CHECK(core.may_answer(0, comm::kAnyVersion));
+  CHECK_FALSE(core.may_answer(0, 0));  // a gradient on version 0 waits for version 1
+  core.on_grad(0, 0, &g, 0, 0, 0);
+  std::vector<float> mean(1);
+  core.apply(mean.data(), 0);
+  CHECK(core.may_answer(0, 0));
+  CHECK(core.may_answer(1, 0));  // a late worker is answered at once
+  CHECK_FALSE(core.may_answer(1, 1));
+  // async and softsync answer at once.
+  ShardCore async_core(Mode::kAsync, 2, 1, 1, 0.0);
+  CHECK(async_core.may_answer(0, 5));
+}
+
+TEST_CASE("the plan scales lr by N, the gradients per update, not by K", "[ps][plan]") {
+  config::Config cfg;
+  cfg.optim.scale_lr_by_n = true;
+  cfg.train.steps = 10;
+  cfg.cluster.ps = 1;
+  cfg.train.mode = Mode::kSync;
+  cfg.train.backups = 1;
+  auto roles = layout::make_roles(cfg, 6);  // 1 PS + 5 workers, N = 4
+  CHECK(roles.n == 4);
+  CHECK(layout::make_plan(cfg, roles, 100).lr_multiplier == 4.0);
+  cfg.train.mode = Mode::kAsync;
+  CHECK(layout::make_plan(cfg, layout::make_roles(cfg, 6), 100).lr_multiplier == 1.0);
+  cfg.train.mode = Mode::kSoftsync;
+  cfg.train.softsync_c = 3;
+  CHECK(layout::make_plan(cfg, layout::make_roles(cfg, 6), 100).lr_multiplier == 3.0);
+  cfg.train.mode = Mode::kAllreduce;
+  CHECK(layout::make_plan(cfg, layout::make_roles(cfg, 6), 100).lr_multiplier == 6.0);
+  cfg.optim.scale_lr_by_n = false;
+  CHECK(layout::make_plan(cfg, layout::make_roles(cfg, 6), 100).lr_multiplier == 1.0);
 }

@@ -1,7 +1,8 @@
-// The public face of the CUDA backend, for lib/ and the tests: device
+// The public face of the CUDA backend, for the factory and the tests: device
 // discovery, the backend factory with an explicit device, and the NCCL
 // allreduce. Needs no CUDA header (the NCCL communicator is behind a pimpl),
-// so lib/ can include it inside its one `#if SYNCOPT_HAS_CUDA`.
+// so the factory in apps/syncopt/platform.cpp can include it inside the one
+// `#if SYNCOPT_HAS_CUDA`.
 #pragma once
 
 #include <mpi.h>
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "comm/reducer.hpp"
 #include "nn/backend.hpp"
 
 namespace syncopt::cuda {
@@ -28,8 +30,8 @@ int local_rank_from_env() noexcept;
 int pick_device(int local_rank);
 
 // The CUDA backend on `device` (threads is unused: the host side is one
-// thread). nn::make_cuda_backend(threads) calls this with
-// pick_device(local_rank_from_env()). Throws ConfigError without a device.
+// thread). The factory in apps/syncopt/platform.cpp calls this with
+// pick_device(node-local rank). Throws ConfigError without a device.
 std::unique_ptr<nn::Backend> make_cuda_backend(int threads, int device);
 
 // An NCCL communicator over the ranks of an MPI communicator, one device per
@@ -61,6 +63,10 @@ class NcclReducer {
   struct Impl;
   std::unique_ptr<Impl> m_impl;
 };
+
+// NcclReducer behind the comm::Reducer interface (mean of a host buffer).
+// A collective of `comm`, like the NcclReducer constructor.
+std::unique_ptr<comm::Reducer> make_nccl_reducer(MPI_Comm comm, int device);
 
 // Whether NCCL can serve `comm`: every rank sees a device and no node runs
 // more ranks than it has devices (NCCL refuses two ranks on one GPU).

@@ -1,7 +1,8 @@
 // Roles by rank (DESIGN.md §2): ranks 0..S-1 are parameter-server shards,
 // then an optional evaluator, then the workers. In allreduce mode every rank
-// is a worker. The layout is a pure function of the config and world size,
-// so every rank computes the same one and the same errors.
+// is a worker; a world of one rank trains locally. The layout is a pure
+// function of the config and the world size, so every rank computes the same
+// one and the same errors. Below ps/, worker/ and train/, which all use it.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +11,7 @@
 
 #include "config/config.hpp"
 
-namespace syncopt::train {
+namespace syncopt::layout {
 
 enum class Role { kShard, kEvaluator, kWorker };
 
@@ -20,13 +21,13 @@ struct Slice {
 };
 
 struct Roles {
-  std::string mode;
+  config::Mode mode = config::Mode::kLocal;
   int world = 1;
-  int shards = 0;           // S (0 in allreduce)
+  int shards = 0;           // S (0 without a parameter server)
   int evaluator_rank = -1;  // -1: none
   int first_worker = 0;
   int workers = 1;          // K
-  int n = 1;                // gradients per update (sync/timeout: K - b; softsync: c; else 1)
+  int n = 1;                // gradients per update (config/mode.hpp's NRule)
   int backups = 0;          // b
 
   Role role_of(int rank) const;
@@ -40,14 +41,29 @@ struct Roles {
 
 // Every problem of fitting cfg to `world` ranks, one message each (empty = fits).
 std::vector<std::string> check_layout(const config::Config& cfg, int world);
-// The layout; throws ConfigError listing check_layout's problems.
+// The layout; throws ConfigError listing check_layout's problems. A world of
+// one rank is the local trainer, whatever train.mode says.
 Roles make_roles(const config::Config& cfg, int world);
 
 // Balanced contiguous slices of `count` floats over `shards` shards: the
 // first count % shards shards get one more float.
 std::vector<Slice> shard_slices(std::size_t count, int shards);
 
-// One line per rank: "rank 3: worker 1 (host ...)" style table for --dry-run.
+// One line per rank: "rank 3: worker 1 (data shard 1 of 5)" for --dry-run.
 std::string describe(const Roles& roles, std::size_t param_count);
 
-}  // namespace syncopt::train
+// How long the run is and how its schedule counts, the same on every rank:
+// from train.steps, or from train.epochs counted in accepted examples.
+struct Plan {
+  double train_count = 1.0;          // examples in the training set (one epoch)
+  double examples_per_update = 1.0;  // N * batch
+  std::uint64_t total_steps = 0;     // updates (an estimate in timeout mode)
+  // train.epochs in accepted examples when train.steps = 0 (else 0): the
+  // shards stop on this, since a timeout update may carry fewer than N.
+  std::uint64_t target_examples = 0;
+  double total_epochs = 0.0;         // the schedule's length
+  double lr_multiplier = 1.0;        // N when optim.scale_lr_by_n
+};
+Plan make_plan(const config::Config& cfg, const Roles& roles, std::int64_t train_count);
+
+}  // namespace syncopt::layout

@@ -1,17 +1,15 @@
-// Role layout and parameter slicing (see roles.hpp).
-#include "train/roles.hpp"
+// Role layout, parameter slicing and the run plan (see roles.hpp).
+#include "layout/roles.hpp"
 
+#include <cmath>
 #include <sstream>
 
 #include "common/error.hpp"
 
-namespace syncopt::train {
+namespace syncopt::layout {
 
-namespace {
-
-bool uses_ps(const std::string& mode) { return mode != "allreduce" && mode != "local"; }
-
-}  // namespace
+using config::Mode;
+using config::traits;
 
 Role Roles::role_of(int rank) const {
   if (rank < shards) return Role::kShard;
@@ -30,8 +28,15 @@ std::string Roles::role_name(int rank) const {
 
 std::vector<std::string> check_layout(const config::Config& cfg, int world) {
   std::vector<std::string> errs;
-  const std::string& mode = cfg.train.mode;
-  if (!uses_ps(mode)) return errs;  // allreduce: every rank is a worker
+  const auto& t = traits(cfg.train.mode);
+  if (world > 1 && cfg.train.mode == Mode::kLocal) {
+    errs.push_back("train.mode = \"local\" runs on one rank, but this job has " +
+                   std::to_string(world) +
+                   " ranks: set train.mode to sync, async, softsync, ssp, timeout or allreduce, "
+                   "or run without mpirun");
+    return errs;
+  }
+  if (world == 1 || !t.uses_ps) return errs;  // local, or every rank a worker
   const long ps = cfg.cluster.ps;
   const long eval = cfg.cluster.evaluator ? 1 : 0;
   const long workers = world - ps - eval;
@@ -39,16 +44,15 @@ std::vector<std::string> check_layout(const config::Config& cfg, int world) {
   if (workers < 1) {
     errs.push_back("world of " + std::to_string(world) + " ranks does not fit " + need +
                    " and at least one worker: run with mpirun -np " +
-                   std::to_string(ps + eval + 1 + cfg.train.backups) + " or more");
+                   std::to_string(ps + eval + 1 + (t.has_backups ? cfg.train.backups : 0)) +
+                   " or more");
     return errs;
   }
-  if (mode == "sync" || mode == "timeout") {
-    if (cfg.train.backups >= workers) {
-      errs.push_back("train.backups = " + std::to_string(cfg.train.backups) + " leaves N = " +
-                     std::to_string(workers - cfg.train.backups) + " with " +
-                     std::to_string(workers) + " workers (world " + std::to_string(world) +
-                     " - " + need + "): need backups < workers; lower train.backups or add ranks");
-    }
+  if (t.has_backups && cfg.train.backups >= workers) {
+    errs.push_back("train.backups = " + std::to_string(cfg.train.backups) + " leaves N = " +
+                   std::to_string(workers - cfg.train.backups) + " with " +
+                   std::to_string(workers) + " workers (world " + std::to_string(world) + " - " +
+                   need + "): need backups < workers; lower train.backups or add ranks");
   }
   return errs;
 }
@@ -61,27 +65,18 @@ Roles make_roles(const config::Config& cfg, int world) {
     throw ConfigError(msg);
   }
   Roles r;
-  r.mode = cfg.train.mode;
   r.world = world;
-  if (!uses_ps(r.mode)) {
-    r.shards = 0;
-    r.first_worker = 0;
-    r.workers = world;
-    r.n = world;
-    return r;
+  r.mode = world == 1 ? Mode::kLocal : cfg.train.mode;
+  const auto& t = traits(r.mode);
+  if (t.uses_ps) {
+    r.shards = static_cast<int>(cfg.cluster.ps);
+    r.evaluator_rank = cfg.cluster.evaluator ? r.shards : -1;
+    r.first_worker = r.shards + (cfg.cluster.evaluator ? 1 : 0);
   }
-  r.shards = static_cast<int>(cfg.cluster.ps);
-  r.evaluator_rank = cfg.cluster.evaluator ? r.shards : -1;
-  r.first_worker = r.shards + (cfg.cluster.evaluator ? 1 : 0);
   r.workers = world - r.first_worker;
-  if (r.mode == "sync" || r.mode == "timeout") {
-    r.backups = static_cast<int>(cfg.train.backups);
-    r.n = r.workers - r.backups;
-  } else if (r.mode == "softsync") {
-    r.n = static_cast<int>(cfg.train.softsync_c);
-  } else {
-    r.n = 1;
-  }
+  r.backups = t.has_backups ? static_cast<int>(cfg.train.backups) : 0;
+  r.n = config::gradients_per_update(r.mode, r.workers, r.backups,
+                                     static_cast<int>(cfg.train.softsync_c));
   return r;
 }
 
@@ -100,20 +95,25 @@ std::vector<Slice> shard_slices(std::size_t count, int shards) {
 
 std::string describe(const Roles& roles, std::size_t param_count) {
   std::ostringstream os;
-  os << "# layout: mode " << roles.mode << ", world " << roles.world << " ranks";
+  os << "# layout: mode " << config::mode_name(roles.mode) << ", world " << roles.world
+     << " ranks";
   if (roles.shards > 0) {
     os << ", " << roles.shards << " parameter-server shard(s), "
        << (roles.evaluator_rank >= 0 ? "1 evaluator, " : "no evaluator, ") << roles.workers
        << " workers";
   }
-  if (roles.mode == "sync" || roles.mode == "timeout") {
+  if (traits(roles.mode).has_backups) {
     os << " (N = " << roles.n << ", b = " << roles.backups << ")";
   }
   os << "\n";
-  const auto slices = roles.shards > 0 ? shard_slices(param_count, roles.shards)
-                                       : std::vector<Slice>{};
+  const auto slices =
+      roles.shards > 0 ? shard_slices(param_count, roles.shards) : std::vector<Slice>{};
   for (int r = 0; r < roles.world; ++r) {
     os << "rank " << r << ": ";
+    if (roles.mode == Mode::kLocal) {
+      os << "local trainer\n";
+      continue;
+    }
     switch (roles.role_of(r)) {
       case Role::kShard: {
         const auto& s = slices[static_cast<std::size_t>(r)];
@@ -135,4 +135,26 @@ std::string describe(const Roles& roles, std::size_t param_count) {
   return os.str();
 }
 
-}  // namespace syncopt::train
+Plan make_plan(const config::Config& cfg, const Roles& roles, std::int64_t train_count) {
+  Plan p;
+  p.train_count = static_cast<double>(train_count);
+  p.examples_per_update = config::examples_per_update(roles.n, cfg.train.batch);
+  if (cfg.train.steps > 0) {
+    p.total_steps = static_cast<std::uint64_t>(cfg.train.steps);
+  } else {
+    p.total_steps = static_cast<std::uint64_t>(
+        std::ceil(cfg.train.epochs * p.train_count / p.examples_per_update));
+    // Shards count accepted examples (a timeout update may carry fewer
+    // than N); the local and allreduce loops always take whole updates.
+    if (traits(roles.mode).uses_ps) {
+      p.target_examples = static_cast<std::uint64_t>(std::ceil(cfg.train.epochs * p.train_count));
+    }
+  }
+  p.total_epochs = p.target_examples > 0
+                       ? static_cast<double>(p.target_examples) / p.train_count
+                       : static_cast<double>(p.total_steps) * p.examples_per_update / p.train_count;
+  p.lr_multiplier = config::lr_multiplier(roles.n, cfg.optim.scale_lr_by_n);
+  return p;
+}
+
+}  // namespace syncopt::layout

@@ -1,0 +1,188 @@
+// Owning request sets (see requests.hpp).
+#include "comm/requests.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+#include "comm/mpi.hpp"
+#include "common/error.hpp"
+
+namespace syncopt::comm {
+
+namespace {
+
+// How long a destructor waits for cancelled operations to be acknowledged.
+constexpr double kCancelWaitS = 1.0;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Cancels `req` and waits a bounded time for MPI to let go of its buffer.
+// Returns whether it did; never throws (runs in destructors).
+bool cancel_bounded(MPI_Request& req) {
+  if (req == MPI_REQUEST_NULL) return true;
+  int done = 0;
+  if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) return true;
+  if (MPI_Cancel(&req) != MPI_SUCCESS) spdlog::warn("MPI_Cancel failed while cleaning up");
+  const auto t0 = std::chrono::steady_clock::now();
+  IdleBackoff backoff;
+  while (seconds_since(t0) < kCancelWaitS) {
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    backoff.idle();
+  }
+  return false;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ SendQueue
+
+void SendQueue::send(SharedMessage msg, int dest, int tag) {
+  Entry e;
+  e.dest = dest;
+  SYNCOPT_CHECK_MPI(MPI_Isend(msg->data(), Message::wire_bytes(msg->header().count), MPI_BYTE,
+                              dest, tag, m_comm, &e.req));
+  e.msg = std::move(msg);
+  m_entries.push_back(std::move(e));
+}
+
+void SendQueue::progress() {
+  if (m_entries.empty()) return;
+  for (auto& e : m_entries) {
+    int done = 0;
+    SYNCOPT_CHECK_MPI(MPI_Test(&e.req, &done, MPI_STATUS_IGNORE));
+  }
+  std::erase_if(m_entries, [](const Entry& e) { return e.req == MPI_REQUEST_NULL; });
+}
+
+bool SendQueue::drain(double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  IdleBackoff backoff;
+  for (;;) {
+    progress();
+    if (m_entries.empty()) return true;
+    if (seconds_since(t0) >= timeout_s) return false;
+    backoff.idle();
+  }
+}
+
+void SendQueue::cancel_to(int dest) {
+  for (auto& e : m_entries) {
+    if (e.dest != dest) continue;
+    if (!cancel_bounded(e.req)) {
+      // MPI still holds the buffer: keep it alive for good.
+      new SharedMessage(std::move(e.msg));  // NOLINT: deliberate leak, see requests.hpp
+      e.req = MPI_REQUEST_NULL;
+    }
+  }
+  std::erase_if(m_entries, [](const Entry& e) { return e.req == MPI_REQUEST_NULL; });
+}
+
+SendQueue::~SendQueue() {
+  std::size_t leaked = 0;
+  for (auto& e : m_entries) {
+    if (!cancel_bounded(e.req)) {
+      new SharedMessage(std::move(e.msg));  // NOLINT: deliberate leak, see requests.hpp
+      ++leaked;
+    }
+  }
+  if (leaked > 0) {
+    spdlog::warn("{} send(s) could neither complete nor be cancelled (a peer gone?); their "
+                 "buffers are kept until exit",
+                 leaked);
+  }
+}
+
+// ------------------------------------------------------------------ RecvSlots
+
+int RecvSlots::add(int source, int tag, MPI_Comm comm, std::size_t capacity) {
+  m_slots.push_back(Slot{source, tag, comm, Message(capacity)});
+  m_reqs.push_back(MPI_REQUEST_NULL);
+  return static_cast<int>(m_slots.size()) - 1;
+}
+
+void RecvSlots::post(int slot) {
+  auto& s = m_slots[static_cast<std::size_t>(slot)];
+  auto& req = m_reqs[static_cast<std::size_t>(slot)];
+  if (req != MPI_REQUEST_NULL) throw InternalError("RecvSlots::post on a slot still posted");
+  SYNCOPT_CHECK_MPI(MPI_Irecv(s.msg.data(), s.msg.max_bytes(), MPI_BYTE, s.source, s.tag, s.comm,
+                              &req));
+}
+
+void RecvSlots::cancel(int slot) {
+  auto& req = m_reqs[static_cast<std::size_t>(slot)];
+  if (!cancel_bounded(req)) {
+    throw InternalError("a receive from rank " +
+                        std::to_string(m_slots[static_cast<std::size_t>(slot)].source) +
+                        " could not be cancelled");
+  }
+  req = MPI_REQUEST_NULL;
+}
+
+bool RecvSlots::any_active() const {
+  return std::any_of(m_reqs.begin(), m_reqs.end(), [](MPI_Request r) { return r != MPI_REQUEST_NULL; });
+}
+
+std::vector<RecvSlots::Done> RecvSlots::test() {
+  std::vector<Done> out;
+  if (!any_active()) return out;
+  m_indices.resize(m_reqs.size());
+  m_statuses.resize(m_reqs.size());
+  int outcount = 0;
+  const int rc = MPI_Testsome(static_cast<int>(m_reqs.size()), m_reqs.data(), &outcount,
+                              m_indices.data(), m_statuses.data());
+  if (rc == MPI_ERR_IN_STATUS) {
+    // A receive failed, typically a message longer than the receive buffer:
+    // name the sender, since that rank is the one sending malformed data.
+    for (int j = 0; j < outcount; ++j) {
+      const MPI_Status& st = m_statuses[static_cast<std::size_t>(j)];
+      if (st.MPI_ERROR == MPI_SUCCESS) continue;
+      char text[MPI_MAX_ERROR_STRING] = "unknown error";
+      int len = 0;
+      (void)MPI_Error_string(st.MPI_ERROR, text, &len);  // only improves the message
+      throw InternalError("message from rank " + std::to_string(st.MPI_SOURCE) +
+                          " could not be received: " + text +
+                          " (longer than any message of this protocol: a corrupt count or a "
+                          "different syncopt build on that rank)");
+    }
+  }
+  SYNCOPT_CHECK_MPI(rc);
+  if (outcount == MPI_UNDEFINED) return out;
+  for (int j = 0; j < outcount; ++j) {
+    Done d;
+    d.slot = m_indices[static_cast<std::size_t>(j)];
+    SYNCOPT_CHECK_MPI(MPI_Get_count(&m_statuses[static_cast<std::size_t>(j)], MPI_BYTE, &d.bytes));
+    out.push_back(d);
+  }
+  return out;
+}
+
+std::vector<RecvSlots::Done> RecvSlots::wait(IdleBackoff& backoff) {
+  for (;;) {
+    if (!any_active()) return {};
+    auto done = test();
+    if (!done.empty()) {
+      backoff.busy();
+      return done;
+    }
+    backoff.idle();
+  }
+}
+
+RecvSlots::~RecvSlots() {
+  for (std::size_t i = 0; i < m_reqs.size(); ++i) {
+    if (cancel_bounded(m_reqs[i])) continue;
+    // MPI may still write into this slot's buffer: keep it (moving the
+    // Message keeps its heap storage where it is) for the rest of the process.
+    new Slot(std::move(m_slots[i]));  // NOLINT: deliberate leak, see requests.hpp
+    spdlog::warn("a receive from rank {} could not be cancelled while cleaning up; its buffer is "
+                 "kept until exit",
+                 m_slots[i].source);
+  }
+}
+
+}  // namespace syncopt::comm

@@ -1,0 +1,107 @@
+// Nonblocking MPI operations together with the buffers they use, so that a
+// buffer can never be freed while MPI still reads or writes it:
+//
+//   SendQueue  sends in flight, each holding a reference to its message;
+//   RecvSlots  one posted receive per peer into a buffer the slot owns.
+//
+// Both complete or cancel what is in flight when destroyed. A send that can
+// neither complete nor be cancelled in time (a peer that died or stopped)
+// keeps its buffer alive for the rest of the process rather than hand MPI
+// freed memory. Every MPI return code is checked: errors throw InternalError
+// naming the call, except in destructors, which log them.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "comm/poll.hpp"
+#include "comm/protocol.hpp"
+
+namespace syncopt::comm {
+
+using SharedMessage = std::shared_ptr<Message>;
+
+inline SharedMessage make_message(std::size_t capacity, const MsgHeader& header) {
+  auto m = std::make_shared<Message>(capacity);
+  m->header() = header;
+  return m;
+}
+
+class SendQueue {
+ public:
+  explicit SendQueue(MPI_Comm comm) : m_comm(comm) {}
+  ~SendQueue();
+  SendQueue(const SendQueue&) = delete;
+  SendQueue& operator=(const SendQueue&) = delete;
+
+  // MPI_Isend of the header and header().count floats of `msg` to `dest`.
+  // The queue keeps `msg` alive until the send has completed; the caller
+  // must not modify it while use_count() > 1.
+  void send(SharedMessage msg, int dest, int tag);
+  // Drops the sends that have completed. Cheap when nothing is in flight.
+  void progress();
+  std::size_t in_flight() const { return m_entries.size(); }
+  // Polls with back-off until every send has completed or `timeout_s` has
+  // passed; returns whether all completed.
+  bool drain(double timeout_s = std::numeric_limits<double>::infinity());
+  // Cancels the sends to `dest` (a peer that will never receive them).
+  void cancel_to(int dest);
+
+ private:
+  struct Entry {
+    MPI_Request req = MPI_REQUEST_NULL;
+    SharedMessage msg;
+    int dest = -1;
+  };
+  MPI_Comm m_comm;
+  std::vector<Entry> m_entries;
+};
+
+class RecvSlots {
+ public:
+  RecvSlots() = default;
+  ~RecvSlots();
+  RecvSlots(const RecvSlots&) = delete;
+  RecvSlots& operator=(const RecvSlots&) = delete;
+
+  // A slot receiving from `source` with `tag` on `comm` into a buffer of
+  // header + `capacity` floats; returns its index. Not posted yet.
+  int add(int source, int tag, MPI_Comm comm, std::size_t capacity);
+  void post(int slot);
+  // Cancels the slot's receive (a peer that will never send); idempotent.
+  void cancel(int slot);
+  bool active(int slot) const { return m_reqs[static_cast<std::size_t>(slot)] != MPI_REQUEST_NULL; }
+  bool any_active() const;
+
+  struct Done {
+    int slot = 0;
+    int bytes = 0;  // received
+  };
+  // The receives that have completed now (possibly none). A completed slot
+  // is inactive until posted again.
+  std::vector<Done> test();
+  // Polls with back-off until at least one completes; empty if none is active.
+  std::vector<Done> wait(IdleBackoff& backoff);
+
+  const Message& message(int slot) const { return m_slots[static_cast<std::size_t>(slot)].msg; }
+  int source(int slot) const { return m_slots[static_cast<std::size_t>(slot)].source; }
+  int size() const { return static_cast<int>(m_slots.size()); }
+
+ private:
+  struct Slot {
+    int source = 0;
+    int tag = 0;
+    MPI_Comm comm = MPI_COMM_NULL;
+    Message msg;
+  };
+  std::vector<Slot> m_slots;
+  std::vector<MPI_Request> m_reqs;  // parallel to m_slots, for MPI_Testsome
+  std::vector<int> m_indices;
+  std::vector<MPI_Status> m_statuses;
+};
+
+}  // namespace syncopt::comm

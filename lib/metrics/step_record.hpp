@@ -1,0 +1,67 @@
+// The step record (DESIGN.md §8 steps.jsonl): one per applied update per
+// shard, in every mode, with every gradient that reached the shard during
+// the step. One type and one writer, so local, allreduce and parameter-server
+// records cannot drift apart.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "metrics/records.hpp"
+
+namespace syncopt::metrics {
+
+struct GradRecord {
+  int worker = 0;
+  double arrival_s = 0.0;  // since the step's start
+  std::uint64_t version = 0;
+  bool accepted = false;
+  std::int64_t staleness = 0;
+  double compute_s = 0.0;
+  float loss = 0.0f;
+  std::uint64_t seq = 0;  // the worker's own gradient counter (matches across shards)
+};
+
+struct StepRecord {
+  std::uint64_t step = 0;     // 1-based index of the update
+  int shard = 0;
+  std::uint64_t version = 0;  // the version the update was applied to
+  double t_start = 0.0;       // run-relative seconds
+  double t_apply = 0.0;
+  float lr = 0.0f;
+  float loss = 0.0f;          // mean loss of the applied gradients
+  int used = 0;               // gradients averaged
+  std::vector<GradRecord> grads;
+};
+
+nlohmann::json to_json(const StepRecord& r);
+// DataError naming `origin` when a field is missing or of the wrong type.
+StepRecord step_from_json(const nlohmann::json& j, const std::string& origin);
+
+// Where step records go: streamed to steps.jsonl (the writing rank), or
+// kept as JSON lines in memory (other shards, whose records travel to the
+// writing rank at the end).
+class StepLog {
+ public:
+  static StepLog to_file(const std::filesystem::path& path);
+  static StepLog in_memory();
+
+  void write(const StepRecord& r);
+  void flush();
+  // The buffered lines (in_memory) — empty for a file log.
+  const std::string& buffered() const { return m_buffer; }
+  // Appends JSON lines written elsewhere (other shards' records) to the file.
+  void append_lines(const std::string& lines);
+
+ private:
+  StepLog() = default;
+  std::unique_ptr<JsonlWriter> m_file;
+  std::string m_buffer;
+};
+
+}  // namespace syncopt::metrics

@@ -1,0 +1,83 @@
+// Models, backend-independent: the model spec of a config, the layer list
+// both backends run (the CPU backend in nn/, the CUDA one in cuda/), the flat
+// parameter layout with per-layer views, seeded initialisation and the
+// printable summary. Every rank and backend derives the same layout and
+// initial values from (ModelSpec, seed).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace syncopt::nn {
+
+struct ModelSpec {
+  std::string name = "cnn";  // cnn | mlp | logreg
+  int channels = 1, height = 28, width = 28;
+  int classes = 10;
+  bool weight_norm = true;
+  int mlp_hidden = 128;
+};
+
+// One named parameter tensor inside the flat buffer.
+struct ParamView {
+  std::string name;                 // e.g. "conv1.v", "conv1.g", "conv1.b", "fc2.w"
+  std::size_t offset = 0;           // in floats
+  std::size_t count = 0;            // in floats
+  std::vector<std::int64_t> shape;  // e.g. {32, 1, 3, 3} (OIHW), {256, 3136} (out, in)
+};
+
+struct ParamLayout {
+  std::vector<ParamView> views;
+  std::size_t count = 0;  // total floats
+  const ParamView& find(const std::string& name) const;  // throws InternalError if absent
+};
+
+// The deterministic parameter layout of a model (same on every rank/backend).
+ParamLayout param_layout(const ModelSpec& spec);
+
+// Seeded initialisation of all parameters (He-style for weights, g = ||v||
+// per output unit for weight norm so that the initial effective weights equal
+// v, zero biases). Same values on every rank and backend for the same seed.
+void init_params(const ModelSpec& spec, const ParamLayout& layout, float* params,
+                 std::uint64_t seed);
+
+// Human-readable, multi-line summary of a model: one line per layer with its
+// output shape and parameter count, then the total (for logs / --dry-run).
+std::string model_summary(const ModelSpec& spec);
+
+enum class LayerKind { kConv3x3, kMaxPool2x2, kFc, kRelu };
+
+struct LayerSpec {
+  LayerKind kind = LayerKind::kFc;
+  std::string name;   // parameter prefix ("conv1", "fc2"); empty for pool / relu
+  int out = 0;        // output channels (conv) or units (fc)
+  bool relu = false;  // a ReLU fused after this conv / fc
+};
+
+// Input C x H x W, the layers in order, and whether every conv / fc layer is
+// weight-normalised. The softmax cross-entropy runs over the last layer's
+// output flattened per example (NCHW order): its size is the class count.
+struct NetSpec {
+  int channels = 1, height = 28, width = 28;
+  bool weight_norm = true;
+  std::vector<LayerSpec> layers;
+};
+
+// The layer list of a model (throws ConfigError for an unknown model or bad
+// sizes). Both backends run this list.
+NetSpec net_spec(const ModelSpec& spec);
+
+// Parameter layout of a layer list: for each conv / fc layer in order,
+// "<name>.v", "<name>.g", "<name>.b" (weight norm) or "<name>.w", "<name>.b".
+ParamLayout param_layout(const NetSpec& net);
+
+// Output shape of each layer without the batch dimension: {C, H, W} after a
+// conv / pool / relu on images, {units} after an fc.
+std::vector<std::vector<std::int64_t>> layer_output_shapes(const NetSpec& net);
+
+// Number of outputs per example of the last layer (= classes).
+std::int64_t output_count(const NetSpec& net);
+
+}  // namespace syncopt::nn

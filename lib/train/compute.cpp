@@ -1,0 +1,14 @@
+// CPU compute (see compute.hpp).
+#include "train/compute.hpp"
+
+namespace syncopt::train {
+
+Compute cpu_compute(int threads) {
+  Compute c;
+  c.make_backend = [threads](int) { return nn::make_cpu_backend(threads); };
+  c.make_reducer = [](MPI_Comm comm) { return comm::make_mpi_reducer(comm); };
+  c.describe = [](int) { return std::string("cpu"); };
+  return c;
+}
+
+}  // namespace syncopt::train

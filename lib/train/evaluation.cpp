@@ -1,0 +1,76 @@
+// Evaluation and its log (see evaluation.hpp).
+#include "train/evaluation.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+namespace syncopt::train {
+
+EvalResult evaluate(nn::Network& net, const float* params, const data::Dataset& data) {
+  const int max_batch = net.max_batch();
+  std::vector<float> logits(static_cast<std::size_t>(max_batch) * data.classes);
+  double loss_sum = 0.0;
+  std::int64_t correct = 0;
+  for (std::int64_t start = 0; start < data.count; start += max_batch) {
+    const int n = static_cast<int>(std::min<std::int64_t>(max_batch, data.count - start));
+    net.predict(params, data.image(start), n, logits.data());
+    for (int i = 0; i < n; ++i) {
+      const float* z = logits.data() + static_cast<std::size_t>(i) * data.classes;
+      const int label = data.labels[static_cast<std::size_t>(start + i)];
+      const float zmax = *std::max_element(z, z + data.classes);
+      double sum = 0.0;
+      for (int k = 0; k < data.classes; ++k) sum += std::exp(static_cast<double>(z[k] - zmax));
+      loss_sum += std::log(sum) - static_cast<double>(z[label] - zmax);
+      if (std::max_element(z, z + data.classes) - z == label) ++correct;
+    }
+  }
+  EvalResult r;
+  if (data.count > 0) {
+    r.loss = loss_sum / static_cast<double>(data.count);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(data.count);
+  }
+  return r;
+}
+
+EvalLog::EvalLog(nn::Network& net, const data::Dataset& test, metrics::JsonlWriter& log,
+                 double train_count, bool use_ema, const RunClock& clock)
+    : m_net(net), m_test(test), m_log(log), m_train_count(train_count), m_use_ema(use_ema),
+      m_clock(clock) {}
+
+EvalPoint EvalLog::run(std::uint64_t step, std::uint64_t examples, const float* theta,
+                       const float* ema, double wall_s) {
+  EvalPoint p;
+  p.step = step;
+  p.examples = examples;
+  const double t0 = m_clock.now();
+  p.theta = evaluate(m_net, theta, m_test);
+  p.ema = m_use_ema ? evaluate(m_net, ema, m_test) : p.theta;
+  const double t1 = m_clock.now();
+  p.eval_s = t1 - t0;
+  p.wall_s = wall_s >= 0.0 ? wall_s : t1;
+  m_log.write({{"step", p.step},
+               {"wall_s", p.wall_s},
+               {"examples", p.examples},
+               {"epoch", static_cast<double>(p.examples) / m_train_count},
+               {"test_loss", p.theta.loss},
+               {"test_acc", p.theta.accuracy},
+               {"test_loss_ema", p.ema.loss},
+               {"test_acc_ema", p.ema.accuracy}});
+  m_log.flush();
+  return p;
+}
+
+std::string EvalLog::describe(const EvalPoint& p) const {
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "eval at step %llu (epoch %.2f): test_acc %.2f%% (EMA %.2f%%), test loss %.4f, "
+                "%.1fs",
+                static_cast<unsigned long long>(p.step),
+                static_cast<double>(p.examples) / m_train_count, 100.0 * p.theta.accuracy,
+                100.0 * p.ema.accuracy, p.theta.loss, p.eval_s);
+  return line;
+}
+
+}  // namespace syncopt::train

@@ -1,0 +1,34 @@
+// Config -> data and model options (see inputs.hpp).
+#include "train/inputs.hpp"
+
+namespace syncopt::train {
+
+nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train) {
+  nn::ModelSpec spec;
+  spec.name = cfg.model.name;
+  spec.channels = train.channels;
+  spec.height = train.height;
+  spec.width = train.width;
+  spec.classes = train.classes;
+  spec.weight_norm = cfg.model.weight_norm;
+  spec.mlp_hidden = static_cast<int>(cfg.model.mlp_hidden);
+  return spec;
+}
+
+data::LoadOptions load_options(const config::Config& cfg) {
+  data::LoadOptions o;
+  o.name = cfg.data.name;
+  o.path = cfg.data.path;
+  o.limit_train = cfg.data.limit_train;
+  o.limit_test = cfg.data.limit_test;
+  o.synthetic_train = cfg.data.synthetic_train;
+  o.synthetic_test = cfg.data.synthetic_test;
+  o.seed = cfg.run.seed;
+  return o;
+}
+
+data::AugmentOptions augment_options(const config::Config& cfg) {
+  return {cfg.data.augment_max_rotate_deg, cfg.data.augment_max_zoom};
+}
+
+}  // namespace syncopt::train
