@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libcli11-dev libspdlog-dev
           catch2 libtomlplusplus-dev nlohmann-json3-dev libdnnl-dev ocl-icd-opencl-dev libopenblas-dev zlib1g-dev
-          dataset-fashion-mnist python3 python3-matplotlib)
+          dataset-fashion-mnist python3 python3-matplotlib
+          libprotobuf-dev protobuf-compiler)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
