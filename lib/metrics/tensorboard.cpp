@@ -149,7 +149,8 @@ Histogram make_histogram(const std::vector<double>& values) {
 struct TensorBoardWriter::Impl {
   fs::path path;
   std::FILE* file = nullptr;
-  // Reused across calls so a scalar costs a Clear(), not a fresh message.
+  // Reused across calls: a scalar then costs a Clear(), the summary's small
+  // allocations and a serialization into the payload's existing capacity.
   tb::Event event;
   std::string payload;
   std::chrono::steady_clock::time_point last_flush;

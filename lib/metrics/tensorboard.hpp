@@ -64,7 +64,8 @@ Histogram make_histogram(const std::vector<double>& values);
 //
 // Errors (creating, writing, flushing) are OutputError naming the path and
 // the system's reason; the destructor never throws and logs instead, so call
-// flush() at the end to learn of a failed last write.
+// flush() at the end to learn of a failed last write. A moved-from writer may
+// only be destroyed or assigned to.
 class TensorBoardWriter {
  public:
   explicit TensorBoardWriter(const std::filesystem::path& dir, const std::string& tag = "");
