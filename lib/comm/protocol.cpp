@@ -14,6 +14,7 @@ const char* kind_name(std::uint16_t kind) {
     case Kind::kStop: return "STOP";
     case Kind::kEvalPull: return "EVAL_PULL";
     case Kind::kCtrl: return "CTRL";
+    case Kind::kHeartbeat: return "HEARTBEAT";
   }
   return "unknown";
 }

@@ -22,6 +22,7 @@ enum class Kind : std::uint16_t {
   kStop = 4,      // shard -> worker/evaluator: training has ended
   kEvalPull = 5,  // evaluator -> shard: theta and EMA at version >= param_version
   kCtrl = 6,      // worker/evaluator -> shard: done, no more messages from me
+  kHeartbeat = 7, // any rank -> its watchers: still alive (comm/liveness.hpp)
 };
 
 const char* kind_name(std::uint16_t kind);
