@@ -25,7 +25,9 @@
 #   to declare more CPUs than there are (slurmd then runs with config_overrides).
 # - ProctrackType=proctrack/linuxproc (the process tree, no cgroups needed:
 #   this works in containers, gVisor included). SYNCOPT_SLURM_PROCTRACK=cgroup
-#   selects proctrack/cgroup where the host's cgroups allow it.
+#   selects proctrack/cgroup where the host's cgroups allow it (it works in
+#   this project's gVisor container too, in the cgroup v1 freezer; stop
+#   removes the empty /sys/fs/cgroup/*/slurm_<node> it leaves).
 # - Job ids start at SYNCOPT_SLURM_FIRST_JOB_ID (default 1) in a fresh state
 #   dir and go on from there across restarts; runs are named after job ids,
 #   so a new state dir with old runs/ around may meet a name already taken.
@@ -109,7 +111,7 @@ write_conf() {
     node_line="NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$SYNCOPT_SLURM_CPUS RealMemory=$mem State=UNKNOWN"
     slurmd_params="SlurmdParameters=config_overrides"
   fi
-  mkdir -p "$STATE"/{etc,ctld,spool,run,log}
+  mkdir -p "$STATE"/{etc,ctld,run,log} "$STATE/spool/slurmd-$NODE"
   cat >"$CONF" <<EOF
 # Written by scripts/slurm/local-cluster.sh; rewritten on every start.
 ClusterName=syncopt-local
@@ -189,7 +191,14 @@ start_slurmd() {
 }
 
 node_state() { SLURM_CONF=$CONF sinfo -h -N -n "$NODE" -o %T 2>/dev/null || true; }
-node_ready() { case "$(node_state)" in idle|mixed|allocated|completing) return 0 ;; *) return 1 ;; esac; }
+# Registered and usable: the compact state has no flag suffix (* not
+# responding, ~ powered off, # powering up, ! or % powering down, $ maintenance).
+node_ready() {
+  case "$(SLURM_CONF=$CONF sinfo -h -N -n "$NODE" -o %t 2>/dev/null)" in
+    idle | mix | alloc | comp) return 0 ;;
+    *) return 1 ;;
+  esac
+}
 
 cmd_start() {
   [ "$(id -u)" -eq 0 ] || die "must run as root: the daemons launch jobs as any user"
@@ -240,6 +249,11 @@ cmd_stop() {
   stop_daemon "$PID_SLURMD" slurmd
   stop_daemon "$PID_CTLD" slurmctld
   stop_daemon "$PID_MUNGED" munged
+  # proctrack/cgroup leaves its (empty) slurm_<node> cgroups behind; rmdir
+  # removes a cgroup only when it holds no process.
+  if grep -q '^ProctrackType=proctrack/cgroup' "$CONF" 2>/dev/null; then
+    find /sys/fs/cgroup/*/"slurm_$NODE" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  fi
 }
 
 cmd_status() {
