@@ -19,7 +19,7 @@ train::Compute make_compute(const std::string& backend, int threads) {
     throw ConfigError("unknown compute.backend \"" + backend + "\"; use \"cpu\" or \"cuda\"");
   }
 #if SYNCOPT_HAS_CUDA
-  train::Compute c;
+  train::Compute c = train::cpu_compute(threads);  // the host replica, until cuda/ has its own
   c.make_backend = [threads](int local_rank) {
     return cuda::make_cuda_backend(threads, cuda::pick_device(local_rank));
   };

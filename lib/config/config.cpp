@@ -133,9 +133,17 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(run, seed, no_range(), "0 .. 2^63-1",
                   "Master seed: initialization, data order, augmentation."),
       SYNCOPT_KEY(run, resume, no_range(), "",
-                  "Resume from a checkpoint: not implemented yet, true is an error."),
+                  "Continue <run.dir>/<run.name>/ from its latest verified checkpoint (exit 66 if "
+                  "there is none, 65 if it is corrupt; never a silent fresh start)."),
       SYNCOPT_KEY(run, overwrite, no_range(), "",
                   "Replace an existing run directory (never done by default)."),
+      SYNCOPT_KEY(run, checkpoint_every_s, at_least(0), "",
+                  "Save a checkpoint every S seconds of training; 0 = off. One is also saved at "
+                  "the end and on a stop signal (SIGTERM, SIGUSR1, SIGINT)."),
+      SYNCOPT_KEY(run, checkpoint_every_steps, at_least(0), "",
+                  "Save a checkpoint every N updates; 0 = off."),
+      SYNCOPT_KEY(run, keep_checkpoints, at_least(1), "",
+                  "Checkpoints kept in <run>/checkpoints/ (the newest; older ones are removed)."),
       SYNCOPT_KEY(run, progress_every_steps, at_least(1), "",
                   "Progress line period, in steps, when stdout is not a terminal."),
       // [data]
@@ -212,6 +220,10 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(cluster, ps, at_least(1), "", "Parameter-server shards (one rank each)."),
       SYNCOPT_KEY(cluster, evaluator, no_range(), "",
                   "One extra rank evaluates the test set during training."),
+      SYNCOPT_KEY(cluster, dead_after_s, above(0), "",
+                  "A rank silent this long (no heartbeat, which does not depend on step length) "
+                  "is dead: a worker is excluded, and the run goes on while N live workers "
+                  "remain; otherwise it stops (exit 69)."),
       // [stragglers]
       SYNCOPT_KEY(stragglers, model, no_range(), "",
                   "Injected straggler delay, drawn per worker and step.", "none", "bernoulli",

@@ -15,8 +15,11 @@ struct RunConfig {
   std::string name = "run";
   std::string dir = "runs";
   std::uint64_t seed = 1;
-  bool resume = false;
+  bool resume = false;            // continue runs/<name>/ from its latest checkpoint
   bool overwrite = false;         // replace an existing runs/<name>/ (never by default)
+  double checkpoint_every_s = 600.0;       // 0 = off (a checkpoint is still saved at the end and on a stop signal)
+  std::int64_t checkpoint_every_steps = 0;  // 0 = off
+  std::int64_t keep_checkpoints = 2;        // newest checkpoints kept on disk
   std::int64_t progress_every_steps = 50;  // progress line period when stdout is not a TTY
 
   bool operator==(const RunConfig&) const = default;
@@ -78,6 +81,7 @@ struct TrainConfig {
 struct ClusterConfig {
   std::int64_t ps = 1;
   bool evaluator = false;
+  double dead_after_s = 60.0;  // silence after which a rank is dead
 
   bool operator==(const ClusterConfig&) const = default;
 };

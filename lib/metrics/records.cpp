@@ -1,15 +1,20 @@
 // Run directory, record writers and the progress line (see records.hpp).
 #include "metrics/records.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <utility>
 #include <system_error>
 
 #include <spdlog/spdlog.h>
 
+#include "common/atomic_file.hpp"
 #include "common/error.hpp"
 
 namespace syncopt::metrics {
@@ -44,47 +49,103 @@ fs::path create_run_dir(const std::string& dir, const std::string& name, bool ov
   return run;
 }
 
-JsonlWriter::JsonlWriter(const fs::path& path) : m_path(path), m_out(path, std::ios::trunc) {
-  if (!m_out) throw OutputError(ExitCode::kCantCreate, "cannot create '" + path.string() + "'");
+namespace {
+
+constexpr std::size_t kFlushBytes = 1 << 16;
+
+[[noreturn]] void io_error(const std::string& what, const fs::path& path, int err) {
+  throw OutputError(ExitCode::kIoError, "cannot " + what + " '" + path.string() +
+                                            "': " + std::strerror(err) +
+                                            " (free some space or choose another run.dir)");
+}
+
+}  // namespace
+
+JsonlWriter::JsonlWriter(const fs::path& path, int fd, std::uint64_t written)
+    : m_path(path), m_fd(fd), m_written(written) {}
+
+JsonlWriter::JsonlWriter(const fs::path& path) : m_path(path) {
+  m_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (m_fd < 0) {
+    const int err = errno;
+    throw OutputError(ExitCode::kCantCreate,
+                      "cannot create '" + path.string() + "': " + std::strerror(err));
+  }
+}
+
+JsonlWriter JsonlWriter::resume_at(const fs::path& path, std::uint64_t offset) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) {
+    throw MissingInputError("cannot resume '" + path.string() + "': " + ec.message() +
+                            " (the run directory is incomplete)");
+  }
+  if (size < offset) {
+    throw DataError("'" + path.string() + "' has " + std::to_string(size) +
+                    " bytes, fewer than the " + std::to_string(offset) +
+                    " its checkpoint recorded: the records were cut short after the checkpoint");
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) io_error("open", path, errno);
+  if (::ftruncate(fd, static_cast<off_t>(offset)) != 0 ||
+      ::lseek(fd, static_cast<off_t>(offset), SEEK_SET) < 0) {
+    const int err = errno;
+    ::close(fd);
+    io_error("cut back", path, err);
+  }
+  return JsonlWriter(path, fd, offset);
+}
+
+JsonlWriter::JsonlWriter(JsonlWriter&& other) noexcept
+    : m_path(std::move(other.m_path)), m_fd(std::exchange(other.m_fd, -1)),
+      m_written(other.m_written), m_buffer(std::move(other.m_buffer)) {}
+
+JsonlWriter::~JsonlWriter() {
+  if (m_fd < 0) return;
+  try {
+    flush();
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());  // a destructor must not throw; the error is still seen
+  }
+  ::close(m_fd);
 }
 
 void JsonlWriter::write(const nlohmann::json& record) {
-  m_out << record.dump() << '\n';
-  if (!m_out) throw OutputError(ExitCode::kIoError, "write to '" + m_path.string() + "' failed");
+  m_buffer += record.dump();
+  m_buffer += '\n';
+  if (m_buffer.size() >= kFlushBytes) flush();
 }
 
 void JsonlWriter::write_raw(const std::string& lines) {
-  m_out << lines;
-  if (!m_out) throw OutputError(ExitCode::kIoError, "write to '" + m_path.string() + "' failed");
+  m_buffer += lines;
+  if (m_buffer.size() >= kFlushBytes) flush();
 }
 
 void JsonlWriter::flush() {
-  m_out.flush();
-  if (!m_out) throw OutputError(ExitCode::kIoError, "write to '" + m_path.string() + "' failed");
+  std::size_t done = 0;
+  while (done < m_buffer.size()) {
+    const ssize_t n = ::write(m_fd, m_buffer.data() + done, m_buffer.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      m_buffer.erase(0, done);
+      m_written += done;
+      io_error("write to", m_path, err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  m_written += done;
+  m_buffer.clear();
 }
 
 void write_file_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw OutputError(ExitCode::kIoError, "cannot write '" + tmp.string() + "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    throw OutputError(ExitCode::kIoError,
-                      "cannot rename '" + tmp.string() + "' to '" + path.string() + "': " +
-                          ec.message());
-  }
+  syncopt::write_file_atomic(path, text);
 }
 
 void write_floats(const fs::path& path, const std::vector<float>& values) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(values.data()),
-            static_cast<std::streamsize>(values.size() * sizeof(float)));
-  if (!out) throw OutputError(ExitCode::kIoError, "cannot write '" + path.string() + "'");
+  syncopt::write_file_atomic(
+      path, std::string_view(reinterpret_cast<const char*>(values.data()),
+                             values.size() * sizeof(float)));
 }
 
 double percentile(std::vector<double> values, double p) {

@@ -20,25 +20,45 @@ namespace syncopt::metrics {
 std::filesystem::path create_run_dir(const std::string& dir, const std::string& name,
                                      bool overwrite);
 
-// Append-only JSON Lines file; each record is one line, flushed on close.
+// Append-only JSON Lines file; each record is one line. Records are
+// buffered and written at flush() (and when the buffer grows large); write
+// errors name the file and the OS reason (OutputError 74).
 class JsonlWriter {
  public:
+  // A new, empty file.
   explicit JsonlWriter(const std::filesystem::path& path);
+  // Continues an existing file after its first `offset` bytes (a resumed
+  // run: what was written after the checkpoint is cut off). MissingInputError
+  // if the file is absent, DataError if it is shorter than `offset`.
+  static JsonlWriter resume_at(const std::filesystem::path& path, std::uint64_t offset);
+  ~JsonlWriter();
+  JsonlWriter(JsonlWriter&& other) noexcept;
+  JsonlWriter& operator=(JsonlWriter&&) = delete;
+  JsonlWriter(const JsonlWriter&) = delete;
+
   void write(const nlohmann::json& record);
   // Lines already formatted as JSON Lines (each ending in '\n').
   void write_raw(const std::string& lines);
   void flush();
+  // Bytes in the file once flushed (the offset a checkpoint records).
+  std::uint64_t bytes() const { return m_written + m_buffer.size(); }
+  const std::filesystem::path& path() const { return m_path; }
 
  private:
+  JsonlWriter(const std::filesystem::path& path, int fd, std::uint64_t written);
   std::filesystem::path m_path;
-  std::ofstream m_out;
+  int m_fd = -1;
+  std::uint64_t m_written = 0;
+  std::string m_buffer;
 };
 
-// Writes `text` to `path` through a temporary file and a rename, so a reader
-// never sees half a file. OutputError (74) on failure.
+// Writes `text` to `path` through a temporary file, fsync and a rename, so a
+// reader never sees half a file and a failure leaves the old one
+// (common/atomic_file.hpp). OutputError (74) naming the path and the reason.
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
-// Raw float32 values (little-endian host order), e.g. final parameters.
+// Raw float32 values (little-endian host order), e.g. final parameters,
+// written atomically like write_file_atomic.
 void write_floats(const std::filesystem::path& path, const std::vector<float>& values);
 
 // p-th percentile (0..100) by linear interpolation; 0 for an empty vector.

@@ -59,6 +59,12 @@ StepLog StepLog::to_file(const std::filesystem::path& path) {
   return log;
 }
 
+StepLog StepLog::resume_file(const std::filesystem::path& path, std::uint64_t offset) {
+  StepLog log;
+  log.m_file = std::make_unique<JsonlWriter>(JsonlWriter::resume_at(path, offset));
+  return log;
+}
+
 StepLog StepLog::in_memory() { return StepLog{}; }
 
 void StepLog::write(const StepRecord& r) {

@@ -49,6 +49,8 @@ StepRecord step_from_json(const nlohmann::json& j, const std::string& origin);
 class StepLog {
  public:
   static StepLog to_file(const std::filesystem::path& path);
+  // A resumed run: the file cut back to its checkpoint's `offset`.
+  static StepLog resume_file(const std::filesystem::path& path, std::uint64_t offset);
   static StepLog in_memory();
 
   void write(const StepRecord& r);
@@ -57,6 +59,8 @@ class StepLog {
   const std::string& buffered() const { return m_buffer; }
   // Appends JSON lines written elsewhere (other shards' records) to the file.
   void append_lines(const std::string& lines);
+  // Bytes of the file once flushed (a checkpoint's record offset); 0 in memory.
+  std::uint64_t bytes() const { return m_file ? m_file->bytes() : 0; }
 
  private:
   StepLog() = default;

@@ -6,6 +6,10 @@ namespace syncopt::train {
 Compute cpu_compute(int threads) {
   Compute c;
   c.make_backend = [threads](int) { return nn::make_cpu_backend(threads); };
+  c.make_replica = [](nn::Network& net, const float* init, std::size_t count,
+                      const replica::ReplicaOptions& opt) {
+    return replica::make_host_replica(net, init, count, opt);
+  };
   c.make_reducer = [](MPI_Comm comm) { return comm::make_mpi_reducer(comm); };
   c.describe = [](int) { return std::string("cpu"); };
   return c;

@@ -24,13 +24,14 @@ LAYERS = {
     "optim": {"common", "config", "checkpoint"},
     "metrics": {"common", "config"},
     "layout": {"common", "config"},
+    "replica": {"common", "checkpoint", "comm", "nn", "optim"},
     "ps": {"common", "config", "checkpoint", "comm", "layout", "metrics", "optim"},
     "worker": {"common", "config", "checkpoint", "comm", "data", "layout", "nn"},
     "sim": {"common", "config", "checkpoint", "layout", "metrics", "ps", "worker"},
     "train": {"common", "config", "checkpoint", "comm", "data", "layout", "metrics", "nn",
-              "optim", "ps", "sim", "worker"},
-    # cuda/ builds on the compute and communication interfaces of lib/.
-    "cuda": {"common", "comm", "nn"},
+              "optim", "ps", "replica", "sim", "worker"},
+    # cuda/ builds on the compute, replica and communication interfaces of lib/.
+    "cuda": {"common", "checkpoint", "comm", "nn", "optim", "replica"},
 }
 CUDA_HEADERS = re.compile(r'#include\s*[<"](cuda|cudnn|cublas|nccl|syncopt_cuda/)[^>"]*[>"]')
 INCLUDE = re.compile(r'#include\s+"([^"]+)"')

@@ -1,0 +1,20 @@
+// Stop signals (DESIGN.md §10): SIGTERM, SIGUSR1 and SIGINT only set a flag;
+// the trainers look at it at step boundaries, agree to stop, save a
+// checkpoint and exit 75 (EX_TEMPFAIL: "requeue me"). A second SIGINT
+// restores the default action, so an impatient Ctrl-C still ends the process.
+#pragma once
+
+#include <string>
+
+namespace syncopt {
+
+// Installs the handlers (idempotent). Call once, early, on every rank.
+void install_stop_handlers();
+// The stop signal received so far (the first one), or 0.
+int stop_signal();
+// "SIGTERM", "SIGUSR1", "SIGINT", or "signal N".
+std::string signal_name(int sig);
+// For tests: behave as if `sig` had arrived.
+void raise_stop(int sig);
+
+}  // namespace syncopt
