@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstring>
+#include <type_traits>
 #include <variant>
 
 #include "common/error.hpp"

@@ -7,7 +7,8 @@
 // Encoding (all integers little-endian, so a file moves between machines):
 //   file   = magic "SYNCSTAT" (8 bytes), u32 format version, node
 //   node   = u64 field count, field*
-//   field  = u8 kind, u32 name length, name bytes, value
+//   field  = u8 kind (1 u64, 2 i64, 3 f64, 4 string, 5 float array,
+//            6 u64 array, 7 i64 array, 8 child), u32 name length, name, value
 //   value  = u64 | i64 | f64 (IEEE bits as u64) | u64 length + bytes (string)
 //          | u64 count + count * 4 or 8 bytes (float, u64, i64 vectors)
 //          | node (child)
@@ -18,12 +19,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
 namespace syncopt::checkpoint {
-
-class State;
 
 // The value types a field can hold (a child State is put with put_child).
 template <class T>
