@@ -1,5 +1,6 @@
 // Assembling a mini-batch from a data set: the examples a sampler chose,
-// copied contiguously, optionally augmented.
+// copied contiguously, optionally augmented; and the loader's checkpoint
+// state (sampler position and augmentation RNG).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,16 @@ class BatchLoader {
   void next();
   const float* images() const { return m_images.data(); }
   const std::int32_t* labels() const { return m_labels.data(); }
+  // The example indices of the current batch [batch].
+  const std::vector<std::int64_t>& indices() const { return m_indices; }
   int batch() const { return m_batch; }
+
+  // The sampler's state (child "sampler") and the augmentation RNG's
+  // ("rng", std::mt19937_64's standard text form, the same on every
+  // standard library). After restore(), next() gives the batch the saved
+  // loader would have given next. The current batch is not saved.
+  checkpoint::State state() const;
+  void restore(const checkpoint::State& s);
 
  private:
   const Dataset& m_data;

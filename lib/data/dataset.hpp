@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/state.hpp"
+
 namespace syncopt::data {
 
 // Where the Debian package dataset-fashion-mnist installs the data set.
@@ -96,6 +98,13 @@ class EpochSampler {
   // epoch (new permutation) when the current one is exhausted.
   void next_batch(std::int64_t batch, std::vector<std::int64_t>& indices);
   std::int64_t epoch() const { return m_epoch; }
+
+  // The epoch and the position in it; the permutation is recomputed from
+  // the seed and the epoch on restore. restore() needs the same count, seed,
+  // shard and shards (else ConfigError: the position would mean other
+  // examples), and a position inside the epoch (else DataError).
+  checkpoint::State state() const;
+  void restore(const checkpoint::State& s);
 
  private:
   void reshuffle();

@@ -1,6 +1,7 @@
 // EpochSampler: a seeded permutation per epoch, sharded across readers, the
 // same on every rank and every run (Fisher-Yates on mt19937_64 with our own
-// unbiased bounded draw; std::shuffle's algorithm is implementation-defined).
+// unbiased bounded draw; std::shuffle's algorithm is implementation-defined),
+// and its checkpoint state.
 #include <numeric>
 #include <string>
 
@@ -8,6 +9,25 @@
 #include "data/dataset.hpp"
 
 namespace syncopt::data {
+
+namespace {
+
+// The sampler of a checkpoint must be the one being restored: the same
+// position in another permutation would be other examples.
+template <class T>
+void check_same(const checkpoint::State& s, const char* field, const char* what, T now) {
+  const T saved = s.get<T>(field);
+  if (saved != now) {
+    throw ConfigError("cannot resume: " +
+                      s.field_error(field, std::string("saved with ") + what + " " +
+                                               std::to_string(saved) + ", but it is " +
+                                               std::to_string(now) + " now") +
+                      "; resume with the data, seed and cluster layout the run started with, or "
+                      "start a fresh run (run.resume = false)");
+  }
+}
+
+}  // namespace
 
 EpochSampler::EpochSampler(std::int64_t count, std::uint64_t seed, int shard, int shards)
     : m_count(count), m_seed(seed), m_shard(shard), m_shards(shards) {
@@ -46,6 +66,36 @@ void EpochSampler::next_batch(std::int64_t batch, std::vector<std::int64_t>& ind
     }
     indices.push_back(m_perm[m_pos++]);
   }
+}
+
+checkpoint::State EpochSampler::state() const {
+  checkpoint::State s;
+  s.put("count", m_count);
+  s.put("seed", m_seed);
+  s.put("shard", std::int64_t{m_shard});
+  s.put("shards", std::int64_t{m_shards});
+  s.put("epoch", m_epoch);
+  s.put("pos", std::uint64_t{m_pos});
+  return s;
+}
+
+void EpochSampler::restore(const checkpoint::State& s) {
+  check_same(s, "count", "examples", m_count);
+  check_same(s, "seed", "run.seed", m_seed);
+  check_same(s, "shard", "reader", std::int64_t{m_shard});
+  check_same(s, "shards", "readers", std::int64_t{m_shards});
+  const std::int64_t epoch = s.get<std::int64_t>("epoch");
+  const std::uint64_t pos = s.get<std::uint64_t>("pos");
+  // This reader's share of an epoch: positions shard, shard + shards, ...
+  const auto share = static_cast<std::uint64_t>((m_count - m_shard + m_shards - 1) / m_shards);
+  if (epoch < 0) throw DataError(s.field_error("epoch", std::to_string(epoch) + " is negative"));
+  if (pos > share) {
+    throw DataError(s.field_error("pos", std::to_string(pos) + " is past the end of an epoch of " +
+                                             std::to_string(share) + " examples"));
+  }
+  m_epoch = epoch;
+  reshuffle();
+  m_pos = static_cast<std::size_t>(pos);
 }
 
 }  // namespace syncopt::data

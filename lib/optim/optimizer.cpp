@@ -1,13 +1,68 @@
 // Optimiser update rules, learning-rate schedules and the EMA (see the header
-// for the formulas).
+// for the formulas), and their checkpoint state.
 #include "optim/optimizer.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "common/error.hpp"
 
 namespace syncopt::optim {
+
+namespace {
+
+using checkpoint::State;
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// A restore() whose checkpoint was saved with other settings: the config
+// changed between the runs, which only the user can settle.
+[[noreturn]] void throw_mismatch(const State& s, const std::string& field, const std::string& key,
+                                 const std::string& saved, const std::string& now) {
+  throw ConfigError(
+      "cannot resume: " +
+      s.field_error(field, "saved with " + key + " = " + saved + ", but it is " + now + " now") +
+      "; resume with the settings the run started with, or start a fresh run "
+      "(run.resume = false)");
+}
+
+void check_same(const State& s, const std::string& field, const std::string& key, double now) {
+  const double saved = s.get<double>(field);
+  if (saved != now) throw_mismatch(s, field, key, number(saved), number(now));
+}
+
+// A float buffer of exactly `count` values, else DataError naming it.
+const std::vector<float>& buffer(const State& s, const std::string& field, std::size_t count) {
+  const auto& v = s.get<std::vector<float>>(field);
+  if (v.size() != count) {
+    throw DataError(s.field_error(
+        field, "holds " + std::to_string(v.size()) + " values, expected " + std::to_string(count)));
+  }
+  return v;
+}
+
+void check_count(const State& s, std::size_t count) {
+  const std::uint64_t saved = s.get<std::uint64_t>("count");
+  if (saved != count) {
+    throw_mismatch(s, "count", "parameter count", std::to_string(saved),
+                   std::to_string(count) + " (another model or shard layout)");
+  }
+}
+
+constexpr const char* kScheduleNames =
+    "constant, exponential, linear_anneal, warmup_constant, warmup_exponential, "
+    "warmup_linear_anneal";
+
+std::string unknown_schedule(const std::string& name) {
+  return "optim.schedule = \"" + name + "\": unknown schedule; expected one of " + kScheduleNames;
+}
+
+}  // namespace
 
 Optimizer::Optimizer(const OptimizerOptions& opt, std::size_t count)
     : m_opt(opt), m_count(count), m_mom(count, 0.0f) {
@@ -42,22 +97,77 @@ void Optimizer::step(float* params, const float* grad, float lr) {
   }
 }
 
-double learning_rate(const ScheduleOptions& s, double epoch) {
-  std::string shape = s.name;
-  double warm = 1.0;
-  if (shape.rfind("warmup_", 0) == 0) {
-    shape = shape.substr(7);
-    if (s.warmup_epochs > 0.0) warm = std::min(1.0, epoch / s.warmup_epochs);
+State Optimizer::state() const {
+  State s;
+  s.put("name", m_opt.name);
+  s.put("momentum", m_opt.momentum);
+  s.put("rms_decay", m_opt.rms_decay);
+  s.put("eps", m_opt.eps);
+  s.put("weight_decay", m_opt.weight_decay);
+  s.put("count", std::uint64_t{m_count});
+  s.put("mom", m_mom);
+  if (!m_ms.empty()) s.put("ms", m_ms);
+  return s;
+}
+
+void Optimizer::restore(const State& s) {
+  // Everything is checked before anything is assigned: a failed restore
+  // leaves the optimiser as it was.
+  const auto& name = s.get<std::string>("name");
+  if (name != m_opt.name) throw_mismatch(s, "name", "optim.name", name, m_opt.name);
+  check_same(s, "momentum", "optim.momentum", m_opt.momentum);
+  check_same(s, "rms_decay", "optim.rms_decay", m_opt.rms_decay);
+  check_same(s, "eps", "optim.eps", m_opt.eps);
+  check_same(s, "weight_decay", "optim.weight_decay", m_opt.weight_decay);
+  check_count(s, m_count);
+  const auto& mom = buffer(s, "mom", m_count);
+  const std::vector<float>* ms = m_ms.empty() ? nullptr : &buffer(s, "ms", m_count);
+  m_mom = mom;
+  if (ms) m_ms = *ms;
+}
+
+ScheduleName::ScheduleName(std::string_view name) : m_name(name) {
+  std::string_view shape = name;
+  if (shape.starts_with("warmup_")) {
+    m_warmup = true;
+    shape.remove_prefix(7);
   }
-  double lr = s.base_lr;
+  m_known = true;
   if (shape == "constant") {
+    m_shape = Schedule::kConstant;
   } else if (shape == "exponential") {
-    lr *= std::pow(s.decay_rate, std::floor(epoch / s.decay_epochs));
+    m_shape = Schedule::kExponential;
   } else if (shape == "linear_anneal") {
-    const double span = s.anneal_epochs > 0.0 ? s.anneal_epochs : s.total_epochs;
-    lr *= std::clamp((s.total_epochs - epoch) / span, 0.0, 1.0);
+    m_shape = Schedule::kLinearAnneal;
   } else {
-    throw ConfigError("optim.schedule = \"" + s.name + "\": unknown schedule");
+    m_known = false;
+  }
+}
+
+ScheduleName parse_schedule(std::string_view name) {
+  ScheduleName s(name);
+  if (!s.known()) throw ConfigError(unknown_schedule(s.str()));
+  return s;
+}
+
+double learning_rate(const ScheduleOptions& s, double epoch) {
+  // The operations and their order are those of the string-comparing
+  // version this replaced, so every lr is bit-identical to it.
+  if (!s.name.known()) throw ConfigError(unknown_schedule(s.name.str()));
+  double warm = 1.0;
+  if (s.name.warmup() && s.warmup_epochs > 0.0) warm = std::min(1.0, epoch / s.warmup_epochs);
+  double lr = s.base_lr;
+  switch (s.name.shape()) {
+    case Schedule::kConstant:
+      break;
+    case Schedule::kExponential:
+      lr *= std::pow(s.decay_rate, std::floor(epoch / s.decay_epochs));
+      break;
+    case Schedule::kLinearAnneal: {
+      const double span = s.anneal_epochs > 0.0 ? s.anneal_epochs : s.total_epochs;
+      lr *= std::clamp((s.total_epochs - epoch) / span, 0.0, 1.0);
+      break;
+    }
   }
   return lr * warm * s.lr_multiplier;
 }
@@ -75,6 +185,23 @@ void Ema::update(const float* params) {
   ++m_updates;
 }
 
+State Ema::state() const {
+  State s;
+  s.put("decay", m_decay);
+  s.put("count", std::uint64_t{m_avg.size()});
+  s.put("updates", m_updates);
+  s.put("avg", m_avg);
+  return s;
+}
+
+void Ema::restore(const State& s) {
+  check_same(s, "decay", "optim.ema", m_decay);
+  check_count(s, m_avg.size());
+  const auto updates = s.get<std::uint64_t>("updates");
+  m_avg = buffer(s, "avg", m_avg.size());
+  m_updates = updates;
+}
+
 OptimizerOptions optimizer_options(const config::OptimConfig& c) {
   OptimizerOptions o;
   o.name = c.name;
@@ -88,7 +215,7 @@ OptimizerOptions optimizer_options(const config::OptimConfig& c) {
 ScheduleOptions schedule_options(const config::OptimConfig& c, double total_epochs,
                                  double lr_multiplier) {
   ScheduleOptions s;
-  s.name = c.schedule;
+  s.name = parse_schedule(c.schedule);
   s.base_lr = c.lr;
   s.decay_rate = c.decay_rate;
   s.decay_epochs = c.decay_epochs;

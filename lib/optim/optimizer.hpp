@@ -1,13 +1,17 @@
 // Optimisers, learning-rate schedules and the parameter EMA, all on flat
-// float slices so that a parameter-server shard can own its own part.
+// float slices so that a parameter-server shard can own its own part. The
+// optimiser and the EMA hand their state to checkpoints as a
+// checkpoint::State (state() / restore()).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "checkpoint/state.hpp"
 #include "config/config.hpp"
 
 namespace syncopt::optim {
@@ -35,6 +39,14 @@ class Optimizer {
   std::size_t count() const { return m_count; }
   const std::vector<float>& momentum_buffer() const { return m_mom; }
 
+  // The buffers (momentum; rmsprop's mean square) and the options they were
+  // built with. restore() takes a state() of an optimiser with the same
+  // options and count: another name, momentum, decay, eps, weight decay or
+  // count is a ConfigError (the run was resumed with other settings), a
+  // damaged state a DataError naming the field.
+  checkpoint::State state() const;
+  void restore(const checkpoint::State& s);
+
  private:
   OptimizerOptions m_opt;
   std::size_t m_count;
@@ -42,9 +54,39 @@ class Optimizer {
   std::vector<float> m_ms;   // rmsprop: running mean of g^2
 };
 
+// The shape of a learning-rate schedule, optim.schedule without "warmup_".
+enum class Schedule { kConstant, kExponential, kLinearAnneal };
+
+// optim.schedule parsed once, when it is set: learning_rate() runs every
+// update and branches on shape() and warmup(), never on the name.
+// Implicit from a name so options read like the config key
+// (`s.name = "warmup_exponential"`). An unknown name is kept as such
+// (known() is false) and learning_rate() rejects it with a ConfigError, the
+// contract of hand-built ScheduleOptions from before the enum;
+// schedule_options() and parse_schedule() reject it at once.
+class ScheduleName {
+ public:
+  ScheduleName(std::string_view name = "constant");
+  ScheduleName(const char* name) : ScheduleName(std::string_view(name)) {}
+  ScheduleName(const std::string& name) : ScheduleName(std::string_view(name)) {}
+  const std::string& str() const { return m_name; }
+  bool known() const { return m_known; }
+  Schedule shape() const { return m_shape; }
+  bool warmup() const { return m_warmup; }
+
+ private:
+  std::string m_name;
+  Schedule m_shape = Schedule::kConstant;
+  bool m_warmup = false;
+  bool m_known = false;
+};
+
+// A known schedule name, else ConfigError listing the known ones.
+ScheduleName parse_schedule(std::string_view name);
+
 struct ScheduleOptions {
-  std::string name = "constant";  // constant | exponential | linear_anneal | warmup_constant |
-                                  // warmup_linear_anneal | warmup_exponential
+  ScheduleName name = "constant";  // constant | exponential | linear_anneal | warmup_constant |
+                                   // warmup_linear_anneal | warmup_exponential
   double base_lr = 0.05;
   double decay_rate = 0.94;
   double decay_epochs = 2.0;
@@ -76,6 +118,11 @@ class Ema {
   std::uint64_t updates() const { return m_updates; }
   double decay() const { return m_decay; }
 
+  // The average and the update count t (the warm-up decay depends on it).
+  // restore() needs the same decay and count (else ConfigError).
+  checkpoint::State state() const;
+  void restore(const checkpoint::State& s);
+
  private:
   double m_decay;
   std::uint64_t m_updates = 0;
@@ -84,7 +131,8 @@ class Ema {
 
 // The optimiser and schedule of an [optim] config section. total_epochs is
 // the run's length in epochs of accepted examples; lr_multiplier is N when
-// optim.scale_lr_by_n (1 otherwise).
+// optim.scale_lr_by_n (1 otherwise). An unknown optim.schedule is a
+// ConfigError here, before the first update.
 OptimizerOptions optimizer_options(const config::OptimConfig& c);
 ScheduleOptions schedule_options(const config::OptimConfig& c, double total_epochs,
                                  double lr_multiplier);
