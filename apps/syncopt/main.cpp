@@ -17,6 +17,7 @@
 #include "comm/mpi.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/signals.hpp"
 #include "config/config.hpp"
 #include "metrics/analysis.hpp"
 #include "comm/agree.hpp"
@@ -121,7 +122,11 @@ int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
                 100.0 * r.final_eval.accuracy, 100.0 * r.final_eval_ema.accuracy,
                 r.final_eval.loss);
     std::printf("         run directory: %s\n", r.run_dir.string().c_str());
-    return 0;
+    if (r.outcome.status == "stopped") {
+      std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
+                  r.outcome.detail.c_str());
+    }
+    return static_cast<int>(r.outcome.exit_code);
   }
   const train::DistributedResult r = train::run_distributed(cfg, compute, args.quiet);
   if (mpi.rank() == 0) {
@@ -129,8 +134,12 @@ int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
     std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
                 r.run_dir.string().c_str(), r.run_dir.string().c_str(),
                 r.run_dir.string().c_str());
+    if (r.outcome.status == "stopped") {
+      std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
+                  r.outcome.detail.c_str());
+    }
   }
-  return 0;
+  return static_cast<int>(r.outcome.exit_code);
 }
 
 int run_report(const std::string& dir) {
@@ -187,12 +196,18 @@ int main(int argc, char** argv) {
   train->footer("Config keys (TOML sections; every key has a default):\n" +
                 config::key_reference() + "\n" + kExitCodes);
 
+  auto* keys = app.add_subcommand(
+      "keys", "Print the reference of every config key: type, default, allowed values, meaning "
+              "(the same as the end of 'syncopt train --help'; configs/README.md holds a copy).");
+
   std::string report_dir;
   auto* report = app.add_subcommand(
       "report", "Print what a finished run's records say: steps/s, step-time percentiles, time "
                 "to the k-th gradient, drops per worker, staleness, accuracy of theta and EMA.");
   report->add_option("run_dir", report_dir, "A run directory, e.g. runs/fmnist-sync")->required();
 
+  // Stop signals only set a flag, from the very start (DESIGN.md §10).
+  install_stop_handlers();
   // MPI first: every mode runs under mpirun and the logger carries the rank.
   int code = 0;
   comm::MpiSession mpi(&argc, &argv);
@@ -211,6 +226,7 @@ int main(int argc, char** argv) {
     }
     if (train->parsed()) code = run_train(targs, mpi);
     if (report->parsed() && mpi.rank() == 0) code = run_report(report_dir);
+    if (keys->parsed() && mpi.rank() == 0) std::printf("%s", config::key_reference().c_str());
   } catch (const AgreedError& e) {
     // Every rank knows of this error and ends cleanly; only the rank(s)
     // where it happened say why.

@@ -143,4 +143,27 @@ bool ShardCore::may_answer(int worker, std::uint64_t wanted) const {
   return slowest < 0 || m_clock[static_cast<std::size_t>(worker)] - slowest <= m_ssp_bound;
 }
 
+checkpoint::State ShardCore::state() const {
+  checkpoint::State s;
+  s.put("version", m_version);
+  s.put("drops", m_drops);
+  s.put("clocks", m_clock);
+  return s;
+}
+
+void ShardCore::restore(const checkpoint::State& s) {
+  if (m_used != 0) throw InternalError("ShardCore::restore with gradients pending");
+  const auto& drops = s.get<std::vector<std::int64_t>>("drops");
+  const auto& clocks = s.get<std::vector<std::int64_t>>("clocks");
+  if (drops.size() != m_drops.size() || clocks.size() != m_clock.size()) {
+    throw ConfigError(s.field_error("drops", "a checkpoint of " + std::to_string(drops.size()) +
+                                                 " workers; this run has " +
+                                                 std::to_string(m_drops.size()) +
+                                                 ": resume with the same number of ranks"));
+  }
+  m_version = s.get<std::uint64_t>("version");
+  m_drops = drops;
+  m_clock = clocks;
+}
+
 }  // namespace syncopt::ps

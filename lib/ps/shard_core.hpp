@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/state.hpp"
 #include "config/mode.hpp"
 #include "metrics/step_record.hpp"
 
@@ -74,6 +75,12 @@ class ShardCore {
   const std::vector<std::int64_t>& drops() const { return m_drops; }
   int pending() const { return m_used; }
   const std::vector<std::int64_t>& clocks() const { return m_clock; }
+
+  // Training state for a checkpoint taken between updates: the version,
+  // drops and SSP clocks. Gradients already accepted for the next update
+  // are not part of it (their workers send them again after a resume).
+  checkpoint::State state() const;
+  void restore(const checkpoint::State& s);
 
  private:
   void record(int worker, std::uint64_t version, bool accepted, std::int64_t staleness,

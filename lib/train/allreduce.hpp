@@ -1,11 +1,14 @@
 // allreduce mode: every rank a worker; the mean gradient by a reducer (MPI,
-// or NCCL on GPUs), the optimiser applied on every rank — the Horovod / DDP
-// baseline. Rank 0 writes the step records, and evaluates when due.
+// or NCCL on GPUs), the optimiser applied on every rank's replica — the
+// Horovod / DDP baseline. After every step the ranks exchange their arrival
+// times and flags, so that they agree, at the same step, to stop on a signal
+// or to save a checkpoint; rank 0 writes the step records and evaluates.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <vector>
 
 #include "comm/reducer.hpp"
@@ -15,7 +18,7 @@
 #include "layout/roles.hpp"
 #include "metrics/records.hpp"
 #include "metrics/step_record.hpp"
-#include "nn/backend.hpp"
+#include "replica/replica.hpp"
 #include "train/evaluation.hpp"
 #include "worker/straggler.hpp"
 
@@ -26,25 +29,29 @@ struct AllreduceSetup {
   const layout::Roles* roles = nullptr;
   const layout::Plan* plan = nullptr;
   int rank = 0;
-  nn::Network* net = nullptr;
+  replica::Replica* replica = nullptr;
   const data::Dataset* train = nullptr;
-  const float* initial = nullptr;
-  std::size_t count = 0;
   const worker::StragglerModel* stragglers = nullptr;
   comm::Reducer* reducer = nullptr;
-  MPI_Comm comm = MPI_COMM_NULL;  // for the gather of arrival times to rank 0
-  const RunClock* clock = nullptr;
+  MPI_Comm comm = MPI_COMM_NULL;  // the ranks' exchange of times and flags
+  RunClock* clock = nullptr;
+  std::filesystem::path run_dir;
   // Rank 0 only:
   metrics::StepLog* steps_log = nullptr;
+  metrics::JsonlWriter* eval_file = nullptr;
   EvalLog* eval = nullptr;
   metrics::Progress* progress = nullptr;
 };
 
 struct AllreduceResult {
-  std::vector<float> theta, ema;
+  std::vector<float> theta, ema;  // rank 0
+  std::uint64_t steps = 0;
   std::uint64_t examples = 0;
+  int stop_signal = 0;  // the signal the ranks stopped on, or 0
 };
 
+// Trains from the latest checkpoint when run.resume (every rank reads its
+// part), else from step 0.
 AllreduceResult run_allreduce(const AllreduceSetup& setup);
 
 }  // namespace syncopt::train

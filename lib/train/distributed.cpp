@@ -21,6 +21,9 @@
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
 #include "metrics/step_record.hpp"
+#include "optim/optimizer.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "train/run_dir.hpp"
 #include "ps/shard.hpp"
 #include "train/allreduce.hpp"
 #include "train/evaluation.hpp"
@@ -69,6 +72,8 @@ struct RoleOutcome {
   std::vector<float> theta, ema;  // a shard's slice; allreduce: rank 0's full vector
   std::uint64_t examples = 0;
   double wall_s = 0.0;
+  std::uint64_t steps = 0;  // updates done
+  int stop_signal = 0;      // stopped by this signal, or 0 (completed)
 };
 
 // 1. Every rank loads the data (workers train on it, the evaluator tests on
@@ -115,20 +120,32 @@ void build_compute(Job& job) {
   });
 }
 
-// 3. Rank 0 creates the run directory; everyone agrees it did.
+// 3. Rank 0 opens the run directory (new, or resumed: its records cut back
+//    to the latest checkpoint); the eval writer its log; everyone agrees.
 void open_outputs(Job& job) {
   const auto& cfg = job.cfg;
   job.run_dir = std::filesystem::path(cfg.run.dir) / cfg.run.name;
+  std::uint64_t offsets[2] = {0, 0};  // steps.jsonl, eval.jsonl bytes at the checkpoint
   comm::agree(job.ctrl(), [&] {
     if (job.rank != 0) return;
-    metrics::create_run_dir(cfg.run.dir, cfg.run.name, cfg.run.overwrite);
-    metrics::write_file_atomic(job.run_dir / "config.toml", config::to_toml(cfg));
-    job.steps = std::make_unique<metrics::StepLog>(
-        metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
+    open_run_dir(cfg);
+    if (cfg.run.resume) {
+      const auto ck = checkpoint::load_latest(job.run_dir, {"run"});
+      offsets[0] = ck.part("run").get<std::uint64_t>("steps_bytes");
+      offsets[1] = ck.part("run").get<std::uint64_t>("eval_bytes");
+      job.steps = std::make_unique<metrics::StepLog>(
+          metrics::StepLog::resume_file(job.run_dir / "steps.jsonl", offsets[0]));
+    } else {
+      job.steps = std::make_unique<metrics::StepLog>(
+          metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
+    }
   });
+  SYNCOPT_CHECK_MPI(MPI_Bcast(offsets, 2, MPI_UINT64_T, 0, job.ctrl()));
   comm::agree(job.ctrl(), [&] {
     if (job.rank != job.eval_writer) return;
-    job.eval_file = std::make_unique<metrics::JsonlWriter>(job.run_dir / "eval.jsonl");
+    job.eval_file = std::make_unique<metrics::JsonlWriter>(
+        cfg.run.resume ? metrics::JsonlWriter::resume_at(job.run_dir / "eval.jsonl", offsets[1])
+                       : metrics::JsonlWriter(job.run_dir / "eval.jsonl"));
     job.eval = std::make_unique<EvalLog>(*job.net, job.data.test, *job.eval_file,
                                          job.plan.train_count, cfg.optim.ema > 0.0, job.clock);
   });
@@ -199,25 +216,30 @@ RoleOutcome run_worker_role(Job& job) {
 
 RoleOutcome run_allreduce_role(Job& job, metrics::Progress& progress) {
   const auto reducer = job.compute.make_reducer(job.data_comm.get());
+  const auto replica = job.compute.make_replica(
+      *job.net, job.init.data(), job.param_layout.count,
+      {optim::optimizer_options(job.cfg.optim), job.cfg.optim.ema});
   AllreduceSetup st;
   st.cfg = &job.cfg;
   st.roles = &job.roles;
   st.plan = &job.plan;
   st.rank = job.rank;
-  st.net = job.net.get();
+  st.replica = replica.get();
   st.train = &job.data.train;
-  st.initial = job.init.data();
-  st.count = job.param_layout.count;
   st.stragglers = job.stragglers.get();
   st.reducer = reducer.get();
   st.comm = job.data_comm.get();
   st.clock = &job.clock;
+  st.run_dir = job.run_dir;
   st.steps_log = job.steps.get();
+  st.eval_file = job.eval_file.get();
   st.eval = job.eval.get();
   st.progress = &progress;
   AllreduceResult r = run_allreduce(st);
-  if (job.rank != 0) return {{}, {}, r.examples, job.clock.now()};
-  return {std::move(r.theta), std::move(r.ema), r.examples, job.clock.now()};
+  RoleOutcome out{std::move(r.theta), std::move(r.ema), r.examples, job.clock.now()};
+  out.steps = r.steps;
+  out.stop_signal = r.stop_signal;
+  return out;
 }
 
 // 4. The role loops, from a common start.
@@ -293,14 +315,22 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
   SYNCOPT_CHECK_MPI(MPI_Bcast(&examples, 1, MPI_UINT64_T, 0, job.ctrl()));
   double wall_s = out.wall_s;
   SYNCOPT_CHECK_MPI(MPI_Bcast(&wall_s, 1, MPI_DOUBLE, 0, job.ctrl()));
+  std::uint64_t stop[2] = {static_cast<std::uint64_t>(out.stop_signal), out.steps};
+  SYNCOPT_CHECK_MPI(MPI_Bcast(stop, 2, MPI_UINT64_T, 0, job.ctrl()));
+  const Outcome outcome = stop[0] != 0 ? Outcome::stopped(static_cast<int>(stop[0]), stop[1])
+                                       : Outcome{};
   double final_eval[4] = {0, 0, 0, 0};
   comm::agree(job.ctrl(), [&] {
     if (job.rank != job.eval_writer) return;
-    const EvalPoint p = job.eval->run(job.plan.total_steps, examples, theta.data(), ema.data(), wall_s);
-    final_eval[0] = p.theta.loss;
-    final_eval[1] = p.theta.accuracy;
-    final_eval[2] = p.ema.loss;
-    final_eval[3] = p.ema.accuracy;
+    if (outcome.status == "completed") {
+      const EvalPoint p =
+          job.eval->run(job.plan.total_steps, examples, theta.data(), ema.data(), wall_s);
+      final_eval[0] = p.theta.loss;
+      final_eval[1] = p.theta.accuracy;
+      final_eval[2] = p.ema.loss;
+      final_eval[3] = p.ema.accuracy;
+    }
+    job.eval_file->flush();
     metrics::write_floats(job.run_dir / "params.f32", theta);
     metrics::write_floats(job.run_dir / "params_ema.f32", ema);
   });
@@ -310,6 +340,7 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
       gather_text(job, job.rank != 0 && job.steps ? job.steps->buffered() : std::string{});
   DistributedResult result;
   result.run_dir = job.run_dir;
+  result.outcome = outcome;
   comm::agree(job.ctrl(), [&] {
     if (job.rank != 0) return;
     if (!others.empty()) job.steps->append_lines(others);
@@ -328,7 +359,7 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
     info.test_acc = final_eval[1];
     info.test_loss_ema = final_eval[2];
     info.test_acc_ema = final_eval[3];
-    const auto an = metrics::write_summary(job.run_dir, info, nlohmann::json::object());
+    const auto an = metrics::write_summary(job.run_dir, info, outcome.to_json());
     result.report = metrics::format_report(an, metrics::read_jsonl(job.run_dir / "eval.jsonl"));
   });
   return result;
@@ -341,11 +372,11 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
   SYNCOPT_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &job.rank));
   SYNCOPT_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &job.world));
   comm::agree(job.ctrl(), [&] {
-    if (cfg.run.resume) {
-      throw ConfigError("run.resume = true: resuming is not implemented in this version; start a "
-                        "new run (run.resume = false)");
-    }
     job.roles = layout::make_roles(cfg, job.world);
+    if (cfg.run.resume && job.roles.shards > 0) {
+      throw ConfigError("run.resume = true: resuming a parameter-server run is not implemented "
+                        "yet; start a new run (run.resume = false)");
+    }
   });
   job.role = job.roles.role_of(job.rank);
   job.eval_writer = job.roles.eval_writer();

@@ -8,11 +8,13 @@
 
 #include "config/config.hpp"
 #include "train/compute.hpp"
+#include "train/run_dir.hpp"
 
 namespace syncopt::train {
 
 struct DistributedResult {
   std::filesystem::path run_dir;
+  Outcome outcome;     // completed, or stopped by a signal (exit 75)
   std::string report;  // rank 0: the end-of-run report text
 };
 

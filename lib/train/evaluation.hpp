@@ -67,6 +67,7 @@ class EvalTimer {
            (m_every_s > 0.0 && now - m_last_s >= m_every_s);
   }
   void mark(double now) { m_last_s = now; }
+  double last() const { return m_last_s; }
 
  private:
   std::uint64_t m_every_steps;

@@ -8,19 +8,24 @@
 
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/checkpoint.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/signals.hpp"
 #include "data/batch.hpp"
 #include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
 #include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
+#include "replica/replica.hpp"
 #include "train/inputs.hpp"
 
 namespace syncopt::train {
 
 namespace {
+
+constexpr const char* kPart = "local";
 
 class LocalTrainer {
  public:
@@ -28,35 +33,41 @@ class LocalTrainer {
   LocalResult run();
 
  private:
-  void step(std::int64_t k);
-  void finish();
+  std::uint64_t open_outputs();
+  void train_from(std::uint64_t first);
+  void step(std::uint64_t k);
+  void save_checkpoint(std::uint64_t k);
+  void restore(const checkpoint::State& s);
+  void finish(const Outcome& outcome);
+  void write_summary(const Outcome& outcome);
 
   const config::Config& m_cfg;
   const int m_batch;
+  const bool m_use_ema;
+  const bool m_quiet;
   data::TrainTest m_data;
   nn::ModelSpec m_spec;
   nn::ParamLayout m_layout;
   std::unique_ptr<nn::Backend> m_backend;
   std::unique_ptr<nn::Network> m_net;
+  std::unique_ptr<replica::Replica> m_replica;
   layout::Plan m_plan;
-  std::vector<float> m_params, m_grad;
-  std::unique_ptr<optim::Optimizer> m_opt;
-  std::unique_ptr<optim::Ema> m_ema;
   optim::ScheduleOptions m_sched;
-  bool m_use_ema;
-  bool m_quiet;
+  std::unique_ptr<data::BatchLoader> m_loader;
 
   LocalResult m_result;
   std::unique_ptr<metrics::StepLog> m_steps;
   std::unique_ptr<metrics::JsonlWriter> m_eval_file;
   std::unique_ptr<EvalLog> m_eval;
-  std::unique_ptr<data::BatchLoader> m_loader;
   std::unique_ptr<metrics::Progress> m_progress;
   RunClock m_clock;
   EvalTimer m_timer;
+  std::vector<float> m_theta, m_ema;  // host copies, when needed
+  std::uint64_t m_step = 0;           // updates done
   double m_eval_s = 0.0;  // time spent evaluating, excluded from throughput
   double m_loss_avg = 0.0;
-  std::int64_t m_examples = 0;
+  double m_last_checkpoint_s = 0.0;
+  std::uint64_t m_examples = 0;
 };
 
 // Everything that can fail on input happens before any output exists.
@@ -77,61 +88,111 @@ LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bo
   m_layout = nn::param_layout(m_spec);
   m_backend = compute.make_backend(0);
   m_net = m_backend->make_network(m_spec, std::max<int>(m_batch, static_cast<int>(cfg.eval.batch)));
-  m_params.resize(m_layout.count);
-  m_grad.resize(m_layout.count);
-  nn::init_params(m_spec, m_layout, m_params.data(), cfg.run.seed);
+  std::vector<float> init(m_layout.count);
+  nn::init_params(m_spec, m_layout, init.data(), cfg.run.seed);
+  m_replica = compute.make_replica(*m_net, init.data(), m_layout.count,
+                                   {optim::optimizer_options(cfg.optim), cfg.optim.ema});
   m_plan = layout::make_plan(cfg, layout::make_roles(cfg, 1), m_data.train.count);
   m_sched = optim::schedule_options(cfg.optim, m_plan.total_epochs, m_plan.lr_multiplier);
-  m_opt = std::make_unique<optim::Optimizer>(optim::optimizer_options(cfg.optim), m_layout.count);
-  m_ema = std::make_unique<optim::Ema>(cfg.optim.ema, m_params.data(),
-                                       m_use_ema ? m_layout.count : 0);
+  m_loader = std::make_unique<data::BatchLoader>(m_data.train, m_batch, cfg.run.seed, 0, 1,
+                                                 cfg.data.augment, augment_options(cfg));
+  m_theta.resize(m_layout.count);
+  m_ema.resize(m_layout.count);
 }
 
 LocalResult LocalTrainer::run() {
-  m_result.run_dir = metrics::create_run_dir(m_cfg.run.dir, m_cfg.run.name, m_cfg.run.overwrite);
-  metrics::write_file_atomic(m_result.run_dir / "config.toml", config::to_toml(m_cfg));
-  m_steps = std::make_unique<metrics::StepLog>(
-      metrics::StepLog::to_file(m_result.run_dir / "steps.jsonl"));
-  m_eval_file = std::make_unique<metrics::JsonlWriter>(m_result.run_dir / "eval.jsonl");
+  const std::uint64_t first = open_outputs();
+  try {
+    train_from(first);
+  } catch (const Error& e) {
+    // Records stay as they are (the last checkpoint is intact); the summary
+    // says how the run ended.
+    write_summary(Outcome::failed(e));
+    throw;
+  }
+  return m_result;
+}
+
+// A new run, or the state of the latest checkpoint; returns the next step.
+std::uint64_t LocalTrainer::open_outputs() {
+  m_result.run_dir = open_run_dir(m_cfg);
+  const auto& dir = m_result.run_dir;
+  double wall_s = 0.0;
+  if (m_cfg.run.resume) {
+    const checkpoint::Checkpoint ck = checkpoint::load_latest(dir, {kPart});
+    const checkpoint::State& s = ck.part(kPart);
+    restore(s);
+    wall_s = s.get<double>("wall_s");
+    const auto& rec = s.child("records");
+    m_steps = std::make_unique<metrics::StepLog>(
+        metrics::StepLog::resume_file(dir / "steps.jsonl", rec.get<std::uint64_t>("steps_bytes")));
+    m_eval_file = std::make_unique<metrics::JsonlWriter>(
+        metrics::JsonlWriter::resume_at(dir / "eval.jsonl", rec.get<std::uint64_t>("eval_bytes")));
+    spdlog::info("resumed {} from its checkpoint at step {} ({:.1f}s of training)", dir.string(),
+                 m_step, wall_s);
+  } else {
+    m_steps = std::make_unique<metrics::StepLog>(metrics::StepLog::to_file(dir / "steps.jsonl"));
+    m_eval_file = std::make_unique<metrics::JsonlWriter>(dir / "eval.jsonl");
+  }
   m_eval = std::make_unique<EvalLog>(*m_net, m_data.test, *m_eval_file, m_plan.train_count,
                                      m_use_ema, m_clock);
-  spdlog::info("run directory: {}", m_result.run_dir.string());
+  spdlog::info("run directory: {}", dir.string());
   spdlog::info("model {} ({} parameters), backend {} with {} thread(s), batch {}, {} steps "
                "({:.2f} epochs)",
                m_spec.name, m_layout.count, m_backend->name(), m_cfg.compute.threads, m_batch,
                m_plan.total_steps, m_sched.total_epochs);
-  m_loader = std::make_unique<data::BatchLoader>(m_data.train, m_batch, m_cfg.run.seed, 0, 1,
-                                                 m_cfg.data.augment, augment_options(m_cfg));
-  const auto total = static_cast<std::int64_t>(m_plan.total_steps);
-  m_progress = std::make_unique<metrics::Progress>(total, m_cfg.run.progress_every_steps, m_quiet);
-  m_clock.restart();
-  for (std::int64_t k = 1; k <= total; ++k) step(k);
-  finish();
-  return m_result;
+  m_progress = std::make_unique<metrics::Progress>(static_cast<std::int64_t>(m_plan.total_steps),
+                                                   m_cfg.run.progress_every_steps, m_quiet);
+  m_clock.restart(wall_s);
+  m_last_checkpoint_s = wall_s;
+  return m_step + 1;
 }
 
-void LocalTrainer::step(std::int64_t k) {
+void LocalTrainer::train_from(std::uint64_t first) {
+  const auto& run = m_cfg.run;
+  for (std::uint64_t k = first; k <= m_plan.total_steps; ++k) {
+    step(k);
+    if (const int sig = stop_signal(); sig != 0 && k < m_plan.total_steps) {
+      m_progress->note("stopping at step " + std::to_string(k) + " on " + signal_name(sig) +
+                       ": saving a checkpoint");
+      save_checkpoint(k);
+      finish(Outcome::stopped(sig, k));
+      return;
+    }
+    const bool by_steps = run.checkpoint_every_steps > 0 &&
+                          k % static_cast<std::uint64_t>(run.checkpoint_every_steps) == 0;
+    const bool by_time = run.checkpoint_every_s > 0.0 &&
+                         m_clock.now() - m_last_checkpoint_s >= run.checkpoint_every_s;
+    if ((by_steps || by_time) && k < m_plan.total_steps) save_checkpoint(k);
+  }
+  if (m_step == m_plan.total_steps && checkpoint::latest_step(m_result.run_dir) != m_step) {
+    save_checkpoint(m_step);  // the end of the run, resumable for a longer one
+  }
+  finish(Outcome{});
+}
+
+void LocalTrainer::step(std::uint64_t k) {
   const double t_start = m_clock.now();
   m_loader->next();
   const double epoch = static_cast<double>(m_examples) / m_plan.train_count;
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch));
-  const float loss = m_net->train_step(m_params.data(), m_loader->images(), m_loader->labels(),
-                                       m_batch, m_grad.data());
-  if (!std::isfinite(loss)) {
+  const float loss = m_replica->compute_gradient(m_loader->images(), m_loader->labels(), m_batch);
+  if (!std::isfinite(loss) || !m_replica->gradient_finite()) {
     throw Error(ExitCode::kInternal,
-                "loss became " + std::to_string(loss) + " at step " + std::to_string(k) + " (lr " +
-                    std::to_string(lr) +
-                    "): training diverged; lower optim.lr or use a warmup schedule");
+                "training diverged: the loss at step " + std::to_string(k) + " is " +
+                    std::to_string(loss) + " (lr " + std::to_string(lr) +
+                    "); nothing non-finite was saved, the last checkpoint is kept. Lower "
+                    "optim.lr or use a warmup schedule");
   }
   const double arrival = m_clock.now() - t_start;
-  m_opt->step(m_params.data(), m_grad.data(), lr);
-  if (m_use_ema) m_ema->update(m_params.data());
-  m_examples += m_batch;
+  m_replica->apply(lr);
+  m_examples += static_cast<std::uint64_t>(m_batch);
+  m_step = k;
   m_loss_avg = k == 1 ? loss : 0.98 * m_loss_avg + 0.02 * loss;
 
   metrics::StepRecord rec;
-  rec.step = static_cast<std::uint64_t>(k);
-  rec.version = rec.step - 1;
+  rec.step = k;
+  rec.version = k - 1;
   rec.t_start = t_start;
   rec.t_apply = m_clock.now();
   rec.lr = lr;
@@ -141,71 +202,126 @@ void LocalTrainer::step(std::int64_t k) {
   m_steps->write(rec);
 
   const double elapsed = m_clock.now();
-  m_progress->update(k, static_cast<double>(m_examples) / m_plan.train_count, m_loss_avg,
-                     static_cast<double>(m_examples) / std::max(1e-9, elapsed - m_eval_s),
-                     elapsed);
-  if (static_cast<std::uint64_t>(k) != m_plan.total_steps && m_timer.due(rec.step, elapsed)) {
-    const EvalPoint p = m_eval->run(rec.step, static_cast<std::uint64_t>(m_examples),
-                                    m_params.data(), m_use_ema ? m_ema->data() : m_params.data());
+  m_progress->update(static_cast<std::int64_t>(k), static_cast<double>(m_examples) / m_plan.train_count,
+                     m_loss_avg,
+                     static_cast<double>(m_examples) / std::max(1e-9, elapsed - m_eval_s), elapsed);
+  if (k != m_plan.total_steps && m_timer.due(k, elapsed)) {
+    m_replica->copy_theta(m_theta.data());
+    m_replica->copy_ema(m_ema.data());
+    const EvalPoint p = m_eval->run(k, m_examples, m_theta.data(), m_ema.data());
     m_eval_s += p.eval_s;
     m_timer.mark(p.wall_s);
     m_progress->note(m_eval->describe(p));
   }
 }
 
-// The final evaluation, then the outputs: the parameters, and summary.json
-// last, so that a summary on disk means the run is complete.
-void LocalTrainer::finish() {
-  const EvalPoint p = m_eval->run(m_plan.total_steps, static_cast<std::uint64_t>(m_examples),
-                                  m_params.data(), m_use_ema ? m_ema->data() : m_params.data());
-  m_eval_s += p.eval_s;
-  m_progress->note(m_eval->describe(p));
+// Everything resuming needs: the replica, the loader, the position in the
+// run, the clocks, and how far the records go.
+void LocalTrainer::save_checkpoint(std::uint64_t k) {
+  const double t0 = m_clock.now();
+  m_steps->flush();
+  m_eval_file->flush();
+  checkpoint::State s;
+  s.put("step", k);
+  s.put("examples", m_examples);
+  s.put("wall_s", t0);
+  s.put("eval_s", m_eval_s);
+  s.put("loss_avg", m_loss_avg);
+  s.put("eval_timer_s", m_timer.last());
+  s.put_child("replica", m_replica->state());
+  s.put_child("loader", m_loader->state());
+  checkpoint::State rec;
+  rec.put("steps_bytes", m_steps->bytes());
+  rec.put("eval_bytes", m_eval_file->bytes());
+  s.put_child("records", std::move(rec));
+  checkpoint::CheckpointWriter w(m_result.run_dir, k);
+  w.add(kPart, s);
+  w.commit();
+  checkpoint::prune(m_result.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
+  m_last_checkpoint_s = m_clock.now();
+  spdlog::debug("checkpoint at step {} in {:.3f}s", k, m_last_checkpoint_s - t0);
+}
+
+void LocalTrainer::restore(const checkpoint::State& s) {
+  m_step = s.get<std::uint64_t>("step");
+  m_examples = s.get<std::uint64_t>("examples");
+  m_eval_s = s.get<double>("eval_s");
+  m_loss_avg = s.get<double>("loss_avg");
+  m_timer.mark(s.get<double>("eval_timer_s"));
+  m_replica->restore(s.child("replica"));
+  m_loader->restore(s.child("loader"));
+  if (m_step > m_plan.total_steps) {
+    throw ConfigError("the checkpoint is at step " + std::to_string(m_step) +
+                      ", past this run's " + std::to_string(m_plan.total_steps) +
+                      " steps: raise train.steps / train.epochs to continue it");
+  }
+}
+
+// The end of training (completed) or of this part of it (stopped): the
+// final evaluation when completed, the parameters, and summary.json last,
+// so that a summary on disk means everything else is there.
+void LocalTrainer::finish(const Outcome& outcome) {
+  m_replica->copy_theta(m_theta.data());
+  m_replica->copy_ema(m_ema.data());
+  if (outcome.status == "completed") {
+    const EvalPoint p = m_eval->run(m_plan.total_steps, m_examples, m_theta.data(), m_ema.data());
+    m_eval_s += p.eval_s;
+    m_progress->note(m_eval->describe(p));
+    m_result.final_eval = p.theta;
+    m_result.final_eval_ema = p.ema;
+  }
   m_progress->finish();
   m_steps->flush();
-
-  m_result.steps = static_cast<std::int64_t>(m_plan.total_steps);
-  m_result.examples = m_examples;
+  m_eval_file->flush();
+  m_result.outcome = outcome;
+  m_result.steps = static_cast<std::int64_t>(m_step);
+  m_result.examples = static_cast<std::int64_t>(m_examples);
   m_result.wall_s = m_clock.now();
-  m_result.final_eval = p.theta;
-  m_result.final_eval_ema = p.ema;
-  const double train_s = m_result.wall_s - m_eval_s;
-  m_result.examples_per_s = static_cast<double>(m_examples) / std::max(1e-9, train_s);
-
+  m_result.examples_per_s =
+      static_cast<double>(m_examples) / std::max(1e-9, m_result.wall_s - m_eval_s);
   // Final parameters, raw float32 in the layout's order (tests compare runs).
-  metrics::write_floats(m_result.run_dir / "params.f32", m_params);
-  metrics::write_floats(m_result.run_dir / "params_ema.f32",
-                        m_use_ema ? std::vector<float>(m_ema->data(), m_ema->data() + m_ema->count())
-                                  : m_params);
+  metrics::write_floats(m_result.run_dir / "params.f32", m_theta);
+  metrics::write_floats(m_result.run_dir / "params_ema.f32", m_ema);
+  write_summary(outcome);
+}
 
-  // The same analysis as a distributed run's, so `syncopt report` reads both.
+// The same analysis as a distributed run's, so `syncopt report` reads both.
+void LocalTrainer::write_summary(const Outcome& outcome) {
   metrics::RunInfo info;
   info.mode = config::Mode::kLocal;
   info.batch = m_batch;
-  info.wall_s = m_result.wall_s;
-  info.examples = static_cast<std::uint64_t>(m_examples);
+  info.wall_s = m_clock.now();
+  info.examples = m_examples;
   info.epochs = static_cast<double>(m_examples) / m_plan.train_count;
-  info.test_loss = p.theta.loss;
-  info.test_acc = p.theta.accuracy;
-  info.test_loss_ema = p.ema.loss;
-  info.test_acc_ema = p.ema.accuracy;
-  metrics::write_summary(m_result.run_dir, info,
-                         {{"examples_per_s", m_result.examples_per_s},  // without evaluation
+  info.test_loss = m_result.final_eval.loss;
+  info.test_acc = m_result.final_eval.accuracy;
+  info.test_loss_ema = m_result.final_eval_ema.loss;
+  info.test_acc_ema = m_result.final_eval_ema.accuracy;
+  const double train_s = info.wall_s - m_eval_s;
+  nlohmann::json extra = {{"examples_per_s", m_examples / std::max(1e-9, train_s)},
                           {"train_s", train_s},
                           {"eval_s", m_eval_s},
                           {"model", m_spec.name},
                           {"params", m_layout.count},
                           {"backend", m_backend->name()},
                           {"threads", m_cfg.compute.threads},
-                          {"run_dir", m_result.run_dir.string()}});
+                          {"run_dir", m_result.run_dir.string()}};
+  extra.update(outcome.to_json());
+  if (outcome.status == "failed") {
+    try {
+      m_steps->flush();
+      metrics::write_summary(m_result.run_dir, info, extra);
+    } catch (const std::exception&) {
+      write_failure_summary(m_result.run_dir, outcome);
+    }
+    return;
+  }
+  metrics::write_summary(m_result.run_dir, info, extra);
 }
 
 }  // namespace
 
 LocalResult run_local(const config::Config& cfg, const Compute& compute, bool quiet) {
-  if (cfg.run.resume) {
-    throw ConfigError("run.resume = true: resuming from a checkpoint is not implemented in this "
-                      "version; start a new run (run.resume = false)");
-  }
   LocalTrainer trainer(cfg, compute, quiet);
   return trainer.run();
 }

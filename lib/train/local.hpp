@@ -1,5 +1,6 @@
 // Single-process training (train.mode = "local", also what a world of one
-// rank runs): the reference loop that every distributed mode is compared with.
+// rank runs): the reference loop that every distributed mode is compared
+// with, and the simplest home of checkpoints, resume and stop signals.
 #pragma once
 
 #include <cstdint>
@@ -8,11 +9,13 @@
 #include "config/config.hpp"
 #include "train/compute.hpp"
 #include "train/evaluation.hpp"
+#include "train/run_dir.hpp"
 
 namespace syncopt::train {
 
 struct LocalResult {
   std::filesystem::path run_dir;
+  Outcome outcome;  // completed, or stopped by a signal (exit 75)
   std::int64_t steps = 0;
   std::int64_t examples = 0;
   double wall_s = 0.0;
@@ -21,10 +24,12 @@ struct LocalResult {
   EvalResult final_eval_ema;
 };
 
-// Loads the data (errors before any output exists), creates the run
-// directory, trains, evaluates and writes config.toml, steps.jsonl,
-// eval.jsonl, params.f32, params_ema.f32 and, last, summary.json. `quiet`
-// silences the progress line.
+// Loads the data (errors before any output exists), opens the run directory
+// (new, or resumed from its latest checkpoint), trains, checkpoints every
+// run.checkpoint_every_s / _steps, at the end and on a stop signal, and
+// writes config.toml, steps.jsonl, eval.jsonl, params.f32, params_ema.f32
+// and, last, summary.json. A failure is recorded in summary.json and thrown.
+// `quiet` silences the progress line.
 LocalResult run_local(const config::Config& cfg, const Compute& compute, bool quiet);
 
 }  // namespace syncopt::train
