@@ -29,10 +29,17 @@
 
 namespace {
 
+// The build, as ranks compare it (check_same_job).
+const std::string kBuildId = std::string("syncopt ") + SYNCOPT_VERSION + " built " + __DATE__ + " " + __TIME__;
+
 constexpr const char* kExitCodes =
-    "Exit codes: 0 success, 64 command-line usage, 65 malformed input data, 66 missing input "
-    "file, 70 internal error, 73 run directory exists or cannot be created, 74 write failed, "
-    "78 configuration error.";
+    "Exit codes: 0 success, 64 command-line usage, 65 malformed input data or a corrupt "
+    "checkpoint, 66 missing input file or nothing to resume, 69 the run cannot go on (too few "
+    "live workers, a dead shard or evaluator; a checkpoint is saved), 70 internal error or "
+    "divergence, 73 run directory exists or cannot be created, 74 write failed, 75 stopped by "
+    "a signal with a checkpoint (resume with --set run.resume=true), 78 configuration error. "
+    "Under mpirun --enable-recovery mpirun itself exits 0 whatever happened: the run's outcome "
+    "is in runs/<name>/summary.json (status, exit_code).";
 
 struct TrainArgs {
   std::string config_path;
@@ -89,7 +96,40 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
   }
 }
 
-int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
+// FNV-1a, 64 bits: a fingerprint, not a defence against tampering.
+std::uint64_t fingerprint(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+// ConfigError naming the ranks whose config or build differs from rank 0's.
+void check_same_job(const syncopt::config::Config& cfg, syncopt::comm::MpiSession& mpi) {
+  using namespace syncopt;
+  const std::uint64_t mine[2] = {fingerprint(config::to_toml(cfg)), fingerprint(kBuildId)};
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(2 * mpi.size()));
+  SYNCOPT_CHECK_MPI(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD));
+  std::string config_ranks, build_ranks;
+  for (int r = 1; r < mpi.size(); ++r) {
+    const auto i = static_cast<std::size_t>(2 * r);
+    if (all[i] != all[0]) config_ranks += " " + std::to_string(r);
+    if (all[i + 1] != all[1]) build_ranks += " " + std::to_string(r);
+  }
+  std::string msg;
+  if (!config_ranks.empty()) {
+    msg += "the resolved config of rank(s)" + config_ranks +
+           " differs from rank 0's: every rank must run the same experiment (same file, same "
+           "--set overrides; compare with syncopt train ... --dry-run on each node)";
+  }
+  if (!build_ranks.empty()) {
+    msg += std::string(msg.empty() ? "" : "; ") + "rank(s)" + build_ranks +
+           " run another syncopt build than rank 0 (" + kBuildId +
+           "): install the same binary on every node";
+  }
+  if (!msg.empty()) throw ConfigError(msg);
+}
+
+int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
   using namespace syncopt;
   // Every rank reads the config and fits the layout; a problem on any rank
   // (a file missing on one node) is agreed on, and reported once.
@@ -101,6 +141,9 @@ int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
     roles = layout::make_roles(cfg, mpi.size());
     compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads));
   });
+  // One experiment, one build: every rank's resolved config and binary
+  // must be rank 0's (a different model on one rank would corrupt memory).
+  comm::agree(MPI_COMM_WORLD, [&] { check_same_job(cfg, mpi); });
   const bool local = mpi.size() == 1;
   setup_logging(mpi.rank(), local ? "local" : roles.role_name(mpi.rank()), args.verbose,
                 args.quiet);
@@ -129,6 +172,17 @@ int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
     return static_cast<int>(r.outcome.exit_code);
   }
   const train::DistributedResult r = train::run_distributed(cfg, compute, args.quiet);
+  if (!r.dead_ranks.empty()) {
+    // Everything is written. Stopped or hung peers on this node are ended
+    // (mpirun would wait for them forever), and MPI_Finalize, which would
+    // wait for them too, is skipped.
+    const auto elsewhere = comm::fence(r.peers, mpi.rank(), r.dead_ranks);
+    for (const int rank : elsewhere) {
+      spdlog::warn("{} is silent on another node: end it there (or let mpirun end the job)",
+                   comm::describe_rank(r.peers, rank));
+    }
+    mpi.abandon();
+  }
   if (mpi.rank() == 0) {
     std::printf("\n%s", r.report.c_str());
     std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
@@ -179,7 +233,7 @@ int main(int argc, char** argv) {
       "syncopt"};
   app.footer(kExitCodes);
   app.require_subcommand(1);
-  app.set_version_flag("--version", "syncopt 0.1.0");
+  app.set_version_flag("--version", kBuildId);
 
   TrainArgs targs;
   auto* train = app.add_subcommand(
@@ -235,6 +289,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(),
                    mpi.host().c_str(), e.what());
     }
+  } catch (const UnavailableError& e) {
+    // A peer this rank needs is dead: the others find out by themselves.
+    // Nothing is aborted, and MPI_Finalize, which would wait for the dead
+    // peer, is skipped.
+    code = static_cast<int>(e.code());
+    std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
+                 e.what());
+    mpi.abandon();
   } catch (const Error& e) {
     // Raised on this rank alone (outside any agreement): the other ranks may
     // be waiting for it, so it ends the whole job.
@@ -248,5 +310,6 @@ int main(int argc, char** argv) {
                  mpi.host().c_str(), e.what());
     if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
   }
+  mpi.finalize(code);
   return code;
 }

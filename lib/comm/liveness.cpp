@@ -111,4 +111,54 @@ void Heartbeat::run() {
   }
 }
 
+Watch::Watch(MPI_Comm comm, int self, std::vector<int> beat_to, std::vector<int> peers,
+             double dead_after_s, double now)
+    : m_peers(std::move(peers)), m_core(static_cast<int>(m_peers.size()), dead_after_s, now),
+      m_beat(comm, std::move(beat_to), heartbeat_interval_s(dead_after_s), self) {
+  for (const int p : m_peers) m_slots.add(p, kTagHeartbeat, comm, 0);
+  for (int i = 0; i < m_slots.size(); ++i) m_slots.post(i);
+}
+
+Watch::~Watch() { m_beat.stop(); }
+
+int Watch::index_of(int rank) const {
+  const auto it = std::find(m_peers.begin(), m_peers.end(), rank);
+  return it == m_peers.end() ? -1 : static_cast<int>(it - m_peers.begin());
+}
+
+std::vector<int> Watch::poll(double now) {
+  for (const auto& d : m_slots.test()) {
+    m_core.heard(d.slot, now);
+    m_slots.post(d.slot);
+  }
+  std::vector<int> dead;
+  for (const int i : m_core.newly_dead(now)) {
+    const int rank = m_peers[static_cast<std::size_t>(i)];
+    m_slots.cancel(i);
+    m_beat.drop(rank);
+    dead.push_back(rank);
+  }
+  return dead;
+}
+
+void Watch::heard(int rank, double now) {
+  if (const int i = index_of(rank); i >= 0) m_core.heard(i, now);
+}
+
+void Watch::retire(int rank) {
+  if (const int i = index_of(rank); i >= 0) m_core.retire(i);
+}
+
+bool Watch::alive(int rank) const {
+  const int i = index_of(rank);
+  return i < 0 || m_core.alive(i);
+}
+
+double Watch::last_heard(int rank) const {
+  const int i = index_of(rank);
+  return i < 0 ? 0.0 : m_core.last_heard(i);
+}
+
+void Watch::stop_beating() { m_beat.stop(); }
+
 }  // namespace syncopt::comm

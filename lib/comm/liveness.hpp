@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "comm/requests.hpp"
+
 namespace syncopt::comm {
 
 // The decision: peers 0..n-1, each alive until silent for dead_after_s.
@@ -74,6 +76,42 @@ class Heartbeat {
   bool m_stop = false;
   std::vector<int> m_dropped;
   std::thread m_thread;
+};
+
+// What a rank does for liveness, in one object: beats to the ranks that
+// watch it (a Heartbeat thread), and watches `peers` (a receive posted for
+// each one's heartbeats, and a LivenessCore over them). Ranks are of `comm`,
+// a communicator used for heartbeats alone.
+class Watch {
+ public:
+  // beat_to: who watches this rank; peers: whom this rank watches.
+  Watch(MPI_Comm comm, int self, std::vector<int> beat_to, std::vector<int> peers,
+        double dead_after_s, double now);
+  ~Watch();
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+
+  // Takes the heartbeats that arrived; returns the peers (ranks) newly
+  // declared dead at `now`, each once (their receives are cancelled and no
+  // more beats are sent to them).
+  std::vector<int> poll(double now);
+  // Any other message from `rank` proves it alive too.
+  void heard(int rank, double now);
+  // `rank` said goodbye: its silence from now on is expected.
+  void retire(int rank);
+  bool alive(int rank) const;
+  double last_heard(int rank) const;
+  double time_to_next_deadline(double now) const { return m_core.time_to_next_deadline(now); }
+  // Stops beating (at the end, before this rank goes quiet on purpose).
+  void stop_beating();
+
+ private:
+  int index_of(int rank) const;
+
+  std::vector<int> m_peers;
+  LivenessCore m_core;
+  RecvSlots m_slots;  // slot i: heartbeats of m_peers[i]
+  Heartbeat m_beat;
 };
 
 }  // namespace syncopt::comm

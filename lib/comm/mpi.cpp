@@ -3,6 +3,11 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <utility>
 
@@ -44,19 +49,37 @@ void throw_mpi_error(int rc, const char* stmt, const char* file, int line) {
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
-  SYNCOPT_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
-  // Only the main thread calls MPI (OpenMP threads compute, never talk).
-  if (provided < MPI_THREAD_FUNNELED) {
+  SYNCOPT_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  // The main thread and the heartbeat thread (comm/liveness.hpp) both call
+  // MPI; OpenMP compute threads never do.
+  if (provided < MPI_THREAD_MULTIPLE) {
     MPI_Finalize();
     throw InternalError("the MPI library offers thread level " + std::to_string(provided) +
-                        ", below MPI_THREAD_FUNNELED, which syncopt needs (OpenMP compute "
-                        "threads next to MPI): use an MPI built with thread support");
+                        ", below MPI_THREAD_MULTIPLE, which syncopt needs (its heartbeats come "
+                        "from a thread of their own): use an MPI built with thread support "
+                        "(Open MPI, MPICH and Intel MPI all are)");
   }
   // Errors come back as codes so SYNCOPT_CHECK_MPI can name the call.
   SYNCOPT_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   SYNCOPT_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &m_rank));
   SYNCOPT_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &m_size));
   m_host = host_name();
+}
+
+void MpiSession::finalize(int code, double timeout_s) {
+  std::fflush(nullptr);
+  spdlog::default_logger()->flush();
+  if (m_abandoned) ::_exit(code);
+  int finalized = 0;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  std::thread([code, timeout_s] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(timeout_s));
+    std::fprintf(stderr, "syncopt: MPI_Finalize did not return within %.0fs (a peer is gone?); "
+                         "exiting with %d\n", timeout_s, code);
+    std::fflush(nullptr);
+    ::_exit(code);
+  }).detach();
+  MPI_Finalize();
 }
 
 MpiSession::~MpiSession() {

@@ -30,7 +30,16 @@ class MpiSession {
   int size() const { return m_size; }
   const std::string& host() const { return m_host; }
 
+  // Ends MPI at the end of main: MPI_Finalize, guarded by a watchdog that
+  // ends the process with `code` if a peer keeps it waiting longer than
+  // `timeout_s`; after abandon(), ends the process at once with `code`
+  // (stdio flushed), without MPI_Finalize. Does not return in that case.
+  void finalize(int code, double timeout_s = 15.0);
+  // A peer is known dead or stopped: MPI_Finalize would wait for it forever.
+  void abandon() { m_abandoned = true; }
+
  private:
+  bool m_abandoned = false;
   int m_rank = 0;
   int m_size = 1;
   std::string m_host;

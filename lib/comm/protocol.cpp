@@ -15,6 +15,11 @@ const char* kind_name(std::uint16_t kind) {
     case Kind::kEvalPull: return "EVAL_PULL";
     case Kind::kCtrl: return "CTRL";
     case Kind::kHeartbeat: return "HEARTBEAT";
+    case Kind::kStopRequest: return "STOP_REQUEST";
+    case Kind::kCheckpoint: return "CHECKPOINT";
+    case Kind::kSaved: return "SAVED";
+    case Kind::kFinal: return "FINAL";
+    case Kind::kResult: return "RESULT";
   }
   return "unknown";
 }
@@ -58,7 +63,8 @@ std::string check_header(const MsgHeader& h, const Expect& e) {
     return from + "header is for shard " + std::to_string(h.shard) + ", received by shard " +
            std::to_string(e.shard);
   }
-  const bool carries = kind == Kind::kGrad || kind == Kind::kParams;
+  const bool carries = kind == Kind::kGrad || kind == Kind::kParams || kind == Kind::kFinal ||
+                       kind == Kind::kResult;
   const std::size_t want = carries ? e.grad_count : 0;
   if (h.count != want) {
     return from + kind_name(h.kind) + " carries " + std::to_string(h.count) +

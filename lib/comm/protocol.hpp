@@ -12,8 +12,10 @@
 namespace syncopt::comm {
 
 inline constexpr std::uint32_t kMagic = 0x53594E43u;  // "SYNC"
-inline constexpr std::uint16_t kProtoVersion = 2;
+inline constexpr std::uint16_t kProtoVersion = 3;
 inline constexpr std::uint64_t kAnyVersion = ~std::uint64_t{0};
+// CHECKPOINT with this step: no checkpoint is saved, the run just ends.
+inline constexpr std::uint64_t kNoCheckpoint = ~std::uint64_t{0};
 
 enum class Kind : std::uint16_t {
   kGrad = 1,      // worker -> shard: gradient slice; also asks for newer parameters
@@ -23,6 +25,13 @@ enum class Kind : std::uint16_t {
   kEvalPull = 5,  // evaluator -> shard: theta and EMA at version >= param_version
   kCtrl = 6,      // worker/evaluator -> shard: done, no more messages from me
   kHeartbeat = 7, // any rank -> its watchers: still alive (comm/liveness.hpp)
+  // Stops and checkpoints (DESIGN.md §10), coordinated by shard 0:
+  kStopRequest = 8,  // any -> shard 0: a stop signal (step_seq) arrived here
+  kCheckpoint = 9,   // shard 0 -> shards, evaluator: save your part of checkpoint step_seq
+  kSaved = 10,       // any -> shard 0: my part of checkpoint step_seq is written
+  // The end phase, point to point (a collective would hang on a dead rank):
+  kFinal = 11,   // shard -> eval writer: final theta then EMA of its slice
+  kResult = 12,  // eval writer -> rank 0: final test loss/acc of theta and EMA (4 floats)
 };
 
 const char* kind_name(std::uint16_t kind);
@@ -32,9 +41,16 @@ inline constexpr int kTagToShard = 11;
 inline constexpr int kTagToWorker = 12;
 inline constexpr int kTagToEvaluator = 13;
 inline constexpr int kTagEvalNotice = 14;  // shard -> evaluator: training has ended
+inline constexpr int kTagCommand = 15;     // shard 0 -> shards, evaluator (CHECKPOINT)
+inline constexpr int kTagFinal = 16;       // shard -> eval writer (FINAL)
+inline constexpr int kTagResult = 17;      // eval writer -> rank 0 (RESULT)
+inline constexpr int kTagRecords = 18;     // shard -> rank 0: its step records, raw bytes
 
 // Bits of MsgHeader::flags.
 inline constexpr std::uint32_t kFlagFinal = 1u;  // PARAMS to the evaluator: training has ended
+// A reply to a worker (PARAMS or STOP): save your state as your part of
+// checkpoint step_seq before computing on these parameters.
+inline constexpr std::uint32_t kFlagCheckpoint = 2u;
 
 struct MsgHeader {
   std::uint32_t magic = kMagic;
@@ -47,7 +63,7 @@ struct MsgHeader {
   std::uint32_t count = 0;          // floats of payload
   std::uint32_t flags = 0;          // kFlag* bits
   float loss = 0.0f;                // GRAD: the worker's mini-batch loss
-  std::uint32_t reserved = 0;
+  std::uint32_t code = 0;           // STOP, CHECKPOINT: the run's exit code so far
   std::uint64_t examples = 0;       // PARAMS to evaluator: accepted examples so far
   double compute_s = 0.0;           // GRAD: the worker's compute time for this gradient
 };

@@ -13,6 +13,7 @@ enum class ExitCode : int {
   kUsage = 64,        // bad command line
   kDataFormat = 65,   // input data present but malformed
   kNoInput = 66,      // input file missing or unreadable
+  kUnavailable = 69,  // the run cannot go on: too few live workers, a dead shard or evaluator
   kInternal = 70,     // a bug or a library failure
   kCantCreate = 73,   // output exists / cannot be created
   kIoError = 74,      // write failed
@@ -50,6 +51,13 @@ class InternalError : public Error {
 class OutputError : public Error {
  public:
   OutputError(ExitCode code, const std::string& m) : Error(code, m) {}
+};
+// The run cannot go on without a rank that died (DESIGN.md §10). Every rank
+// that can still exit ends with 69; nothing aborts the others, which find
+// out by themselves.
+class UnavailableError : public Error {
+ public:
+  explicit UnavailableError(const std::string& m) : Error(ExitCode::kUnavailable, m) {}
 };
 class ConfigError : public Error {
  public:

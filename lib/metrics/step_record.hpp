@@ -57,6 +57,8 @@ class StepLog {
   void flush();
   // The buffered lines (in_memory) — empty for a file log.
   const std::string& buffered() const { return m_buffer; }
+  // A resumed in-memory log: the lines it held at the checkpoint.
+  void restore_buffer(std::string lines) { m_buffer = std::move(lines); }
   // Appends JSON lines written elsewhere (other shards' records) to the file.
   void append_lines(const std::string& lines);
   // Bytes of the file once flushed (a checkpoint's record offset); 0 in memory.

@@ -1,4 +1,4 @@
-// The parameter-server shard loop (see shard.hpp and DESIGN.md §3-§4).
+// The parameter-server shard loop (see shard.hpp and DESIGN.md §3, §4, §10).
 #include "ps/shard.hpp"
 
 #include <algorithm>
@@ -6,13 +6,26 @@
 
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/checkpoint.hpp"
 #include "comm/protocol.hpp"
-#include "common/error.hpp"
+#include "common/signals.hpp"
 
 namespace syncopt::ps {
 
 using comm::Kind;
+using comm::kNoCheckpoint;
 using comm::Message;
+
+namespace {
+
+std::string shard_part(int s) { return "shard" + std::to_string(s); }
+std::string worker_part(int w) { return "worker" + std::to_string(w); }
+
+bool all_finite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+}  // namespace
 
 Shard::Shard(const ShardSetup& st)
     : m_st(st), m_cfg(*st.cfg), m_roles(*st.roles), m_self(st.shard), m_workers(st.roles->workers),
@@ -27,21 +40,49 @@ Shard::Shard(const ShardSetup& st)
                                       st.plan->lr_multiplier)),
       m_data_sends(st.data_comm), m_ctrl_sends(st.ctrl_comm),
       m_pending(static_cast<std::size_t>(m_workers)), m_done(static_cast<std::size_t>(m_workers), 0),
-      m_eval_done(!m_has_eval),
+      m_dead(static_cast<std::size_t>(m_workers), 0),
+      m_flag(static_cast<std::size_t>(m_workers), 0),
+      m_last_seq(static_cast<std::size_t>(m_workers), 0), m_eval_done(!m_has_eval),
       m_rng(st.cfg->run.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(st.shard)) {
+  std::vector<int> peers;
   for (int w = 0; w < m_workers; ++w) {
     m_recvs.add(m_roles.worker_rank(w), comm::kTagToShard, st.data_comm, m_count);
+    peers.push_back(m_roles.worker_rank(w));
   }
-  if (m_has_eval) m_recvs.add(m_roles.evaluator_rank, comm::kTagToShard, st.ctrl_comm, 0);
-  m_finished = done_training();
+  if (m_has_eval) {
+    m_eval_slot = m_recvs.add(m_roles.evaluator_rank, comm::kTagToShard, st.ctrl_comm, 0);
+    peers.push_back(m_roles.evaluator_rank);
+  }
+  m_shard_slot.assign(static_cast<std::size_t>(m_roles.shards), -1);
+  for (int s = 0; s < m_roles.shards; ++s) {
+    if (s == m_self) continue;
+    peers.push_back(s);
+    // Shard 0 hears the others' SAVED and STOP_REQUEST; they hear its CHECKPOINT.
+    if (m_self == 0) {
+      m_shard_slot[static_cast<std::size_t>(s)] = m_recvs.add(s, comm::kTagToShard, st.ctrl_comm, 0);
+    } else if (s == 0) {
+      m_shard_slot[0] = m_recvs.add(0, comm::kTagCommand, st.ctrl_comm, 0);
+    }
+  }
+  const double now = st.clock->now();
+  m_watch = std::make_unique<comm::Watch>(st.live_comm, m_self, peers, peers,
+                                          m_cfg.cluster.dead_after_s, now);
+  if (st.resume != nullptr) restore(*st.resume);
+  m_last_checkpoint_s = now;
+  if (done_training()) finish(ExitCode::kOk, "completed", "");
 }
 
 Shard::~Shard() = default;
 
 ShardResult Shard::run() {
-  for (int i = 0; i < m_recvs.size(); ++i) m_recvs.post(i);
-  while (m_done_workers < m_workers || !m_eval_done) {
+  for (int i = 0; i < m_recvs.size(); ++i) {
+    if (i < m_workers && m_dead[static_cast<std::size_t>(i)]) continue;
+    m_recvs.post(i);
+  }
+  while (keep_running()) {
     bool progressed = receive();
+    check_liveness();
+    coordinate();
     // Timeout mode: an update may fall due with no message at all.
     progressed = apply_due() || progressed;
     progressed = answer_pulls() || progressed;
@@ -51,7 +92,10 @@ ShardResult Shard::run() {
     if (progressed) {
       m_backoff.busy();
     } else {
-      m_backoff.idle(m_core.time_to_deadline(m_st.clock->now()));
+      const double now = m_st.clock->now();
+      const double deadline = m_core.time_to_deadline(now);
+      const double watch = m_watch->time_to_next_deadline(now);
+      m_backoff.idle(deadline >= 0.0 ? std::min(deadline, watch) : watch);
     }
   }
   // Finished before any update (nothing to train): the evaluator still
@@ -63,12 +107,29 @@ ShardResult Shard::run() {
   result.steps = m_core.version();
   result.examples = m_examples;
   result.after_end = m_after_end;
+  result.code = m_code;
+  result.status = m_status;
+  result.detail = m_detail;
+  result.lost_workers = m_lost;
+  result.dead_ranks = m_dead_ranks;
   result.ema = m_use_ema ? std::vector<float>(m_ema.data(), m_ema.data() + m_count) : m_theta;
   result.theta = std::move(m_theta);
   if (m_after_end > 0) {
     spdlog::debug("shard {}: {} gradient(s) arrived after the last update", m_self, m_after_end);
   }
   return result;
+}
+
+// Until every live worker and the evaluator have said goodbye, and the last
+// checkpoint is saved (shard 0: committed; the others: their part written,
+// unless shard 0 is gone).
+bool Shard::keep_running() const {
+  for (int w = 0; w < m_workers; ++w) {
+    if (!m_done[static_cast<std::size_t>(w)] && !m_dead[static_cast<std::size_t>(w)]) return true;
+  }
+  if (!m_eval_done) return true;
+  if (m_self == 0) return m_saving != nullptr || (m_finished && !m_final_saved);
+  return !m_final_saved && m_watch->alive(0);
 }
 
 // Takes every receive that has completed. Receives that completed together
@@ -81,28 +142,48 @@ bool Shard::receive() {
   const double seen = m_st.clock->now();
   std::shuffle(done.begin(), done.end(), m_rng);
   for (const auto& d : done) {
-    if (d.slot == m_workers) {
-      on_evaluator_message(d.bytes);
-    } else {
+    m_watch->heard(m_recvs.source(d.slot), seen);
+    if (d.slot < m_workers) {
       on_worker_message(d.slot, d.bytes, seen);
+    } else {
+      on_peer_message(d.slot, d.bytes);
     }
   }
   return true;
 }
 
-void Shard::on_evaluator_message(int bytes) {
-  const comm::MsgHeader& h = m_recvs.message(m_workers).header();
+// The evaluator, or another shard (ctrl communicator).
+void Shard::on_peer_message(int slot, int bytes) {
+  const comm::MsgHeader& h = m_recvs.message(slot).header();
+  const int from = m_recvs.source(slot);
+  const bool evaluator = slot == m_eval_slot;
+  const std::vector<Kind> kinds =
+      evaluator ? std::vector<Kind>{Kind::kEvalPull, Kind::kCtrl, Kind::kSaved, Kind::kStopRequest}
+      : m_self == 0 ? std::vector<Kind>{Kind::kSaved, Kind::kStopRequest}
+                    : std::vector<Kind>{Kind::kCheckpoint};
   const std::string err = comm::check_header(
-      h, {static_cast<std::uint32_t>(m_roles.evaluator_rank), {Kind::kEvalPull, Kind::kCtrl},
-          static_cast<std::uint32_t>(m_self), 0, bytes});
+      h, {static_cast<std::uint32_t>(from), kinds, static_cast<std::uint32_t>(m_self), 0, bytes});
   if (!err.empty()) protocol_error(err);
-  if (static_cast<Kind>(h.kind) == Kind::kCtrl) {
+  const auto kind = static_cast<Kind>(h.kind);
+  if (kind == Kind::kCtrl) {
     m_eval_done = true;  // no more messages from it: do not repost
+    m_watch->retire(from);
     return;
   }
-  m_eval_waiting = true;
-  m_eval_version = h.param_version;
-  m_recvs.post(m_workers);
+  if (kind == Kind::kEvalPull) {
+    m_eval_waiting = true;
+    m_eval_version = h.param_version;
+  } else if (kind == Kind::kSaved) {
+    on_saved(from, h.step_seq);
+  } else if (kind == Kind::kStopRequest && h.code != 0) {
+    finish(static_cast<ExitCode>(h.code), "failed",
+           "shard " + std::to_string(from) + " (" + rank_name(from) + ") failed; see its message");
+  } else if (kind == Kind::kStopRequest) {
+    request_stop(static_cast<int>(h.step_seq));
+  } else if (kind == Kind::kCheckpoint) {
+    on_checkpoint_command(h);
+  }
+  m_recvs.post(slot);
 }
 
 void Shard::on_worker_message(int w, int bytes, double seen) {
@@ -110,16 +191,24 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
   const comm::MsgHeader& h = m.header();
   const std::string err = comm::check_header(
       h, {static_cast<std::uint32_t>(m_roles.worker_rank(w)),
-          {Kind::kGrad, Kind::kPull, Kind::kCtrl}, static_cast<std::uint32_t>(m_self), m_count,
-          bytes});
+          {Kind::kGrad, Kind::kPull, Kind::kCtrl, Kind::kSaved, Kind::kStopRequest},
+          static_cast<std::uint32_t>(m_self), m_count, bytes});
   if (!err.empty()) protocol_error(err);
   const auto kind = static_cast<Kind>(h.kind);
   const auto wi = static_cast<std::size_t>(w);
   if (kind == Kind::kCtrl) {
     m_done[wi] = 1;
-    ++m_done_workers;
     m_core.retire(w);
+    m_watch->retire(m_roles.worker_rank(w));
+    // A part it never saved will not come (a well-behaved worker saves first).
+    if (m_saving != nullptr) m_saving->waiting.erase(m_roles.worker_rank(w));
     return;  // no more messages from this worker: do not repost
+  }
+  if (kind == Kind::kSaved || kind == Kind::kStopRequest) {
+    if (kind == Kind::kSaved) on_saved(m_roles.worker_rank(w), h.step_seq);
+    if (kind == Kind::kStopRequest) request_stop(static_cast<int>(h.step_seq));
+    m_recvs.post(w);
+    return;
   }
   if (m_pending[wi].waiting) {
     protocol_error("second request from worker rank " + std::to_string(m_roles.worker_rank(w)) +
@@ -127,6 +216,7 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
   }
   if (kind == Kind::kGrad) {
     m_core.on_push(w);
+    m_last_seq[wi] = h.step_seq;
     if (m_finished) {
       ++m_after_end;
     } else {
@@ -161,13 +251,16 @@ void Shard::apply_one() {
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch));
   metrics::StepRecord rec = m_core.apply(m_mean.data(), m_st.clock->now());
-  if (!std::isfinite(rec.loss)) {
-    throw Error(ExitCode::kInternal,
-                "training diverged: the mean loss of update " + std::to_string(rec.step) +
-                    " at shard " + std::to_string(m_self) + " is " + std::to_string(rec.loss) +
-                    " (lr " + std::to_string(lr) +
-                    "); lower optim.lr (asynchronous modes need a smaller one than sync: "
-                    "each update is one worker's batch, and stale)");
+  if (!std::isfinite(rec.loss) || !all_finite(m_mean)) {
+    // Nothing non-finite is applied or saved: the last checkpoint stays.
+    finish(ExitCode::kInternal, "failed",
+           "training diverged: the mean loss of update " + std::to_string(rec.step) +
+               " at shard " + std::to_string(m_self) + " is " + std::to_string(rec.loss) +
+               " (lr " + std::to_string(lr) +
+               "); nothing non-finite was saved, the last checkpoint is kept. Lower optim.lr "
+               "(asynchronous modes need a smaller one than sync: each update is one worker's "
+               "batch, and stale)");
+    return;
   }
   m_opt.step(m_theta.data(), m_mean.data(), lr);
   if (m_use_ema) m_ema.update(m_theta.data());
@@ -178,8 +271,7 @@ void Shard::apply_one() {
   m_core.set_step_start(rec.t_apply);
   m_current.reset();  // parameters changed: the next answer publishes anew
   m_st.steps_log->write(rec);
-  m_finished = done_training();
-  if (m_finished && m_has_eval) notify_evaluator();
+  if (done_training()) finish(ExitCode::kOk, "completed", "");
   if (m_st.on_update) m_st.on_update(m_core.version(), m_examples, rec.loss);
   if (m_st.inline_eval && !m_finished) {
     m_st.inline_eval(m_core.version(), m_examples, m_theta.data(),
@@ -209,16 +301,31 @@ const comm::SharedMessage& Shard::publish() {
 bool Shard::answer_pulls() {
   bool answered = false;
   for (int w = 0; w < m_workers; ++w) {
-    Pending& p = m_pending[static_cast<std::size_t>(w)];
-    if (!p.waiting || !(m_finished || m_core.may_answer(w, p.version))) continue;
+    const auto wi = static_cast<std::size_t>(w);
+    Pending& p = m_pending[wi];
+    if (!p.waiting || m_dead[wi] || !(m_finished || m_core.may_answer(w, p.version))) continue;
+    const int rank = m_roles.worker_rank(w);
     if (m_finished) {
       if (!m_stop) {
-        m_stop = comm::make_message(0, comm::make_header(Kind::kStop, m_self, m_self,
-                                                         m_core.version()));
+        auto h = comm::make_header(Kind::kStop, m_self, m_self, m_core.version());
+        h.code = static_cast<std::uint32_t>(m_code);
+        if (m_saving != nullptr && m_saving->final) {
+          h.flags |= comm::kFlagCheckpoint;
+          h.step_seq = m_saving->step;
+        }
+        m_stop = comm::make_message(0, h);
       }
-      m_data_sends.send(m_stop, m_roles.worker_rank(w), comm::kTagToWorker);
+      m_data_sends.send(m_stop, rank, comm::kTagToWorker);
+    } else if (m_flag[wi] != 0) {
+      // This worker saves its state before computing on these parameters:
+      // its own copy of the message, flagged.
+      auto msg = std::make_shared<Message>(*publish());
+      msg->header().flags |= comm::kFlagCheckpoint;
+      msg->header().step_seq = m_flag[wi];
+      m_flag[wi] = 0;
+      m_data_sends.send(std::move(msg), rank, comm::kTagToWorker);
     } else {
-      m_data_sends.send(publish(), m_roles.worker_rank(w), comm::kTagToWorker);
+      m_data_sends.send(publish(), rank, comm::kTagToWorker);
     }
     p.waiting = false;
     answered = true;
@@ -243,22 +350,319 @@ bool Shard::serve_evaluator() {
 
 // Wakes the evaluator from its wait: training has ended.
 void Shard::notify_evaluator() {
-  m_ctrl_sends.send(
-      comm::make_message(0, comm::make_header(Kind::kStop, m_self, m_self, m_core.version())),
-      m_roles.evaluator_rank, comm::kTagEvalNotice);
+  if (!m_watch->alive(m_roles.evaluator_rank)) return;
+  auto h = comm::make_header(Kind::kStop, m_self, m_self, m_core.version());
+  h.code = static_cast<std::uint32_t>(m_code);
+  m_ctrl_sends.send(comm::make_message(0, h), m_roles.evaluator_rank, comm::kTagEvalNotice);
   m_eval_notified = true;
 }
 
-// Every answer must complete before the buffers go away.
-void Shard::drain() {
-  m_data_sends.drain();
-  m_ctrl_sends.drain();
+// Training ends here: completed, stopped by a signal, or failed. The first
+// reason is the one recorded.
+void Shard::finish(ExitCode code, const std::string& status, const std::string& detail) {
+  if (m_finished) return;
+  m_finished = true;
+  m_code = code;
+  m_status = status;
+  m_detail = detail;
+  m_stop.reset();
+  if (code != ExitCode::kOk && code != ExitCode::kPreempted) spdlog::error("{}", detail);
+  if (m_has_eval) notify_evaluator();
+  // A failure found here ends the run everywhere: shard 0 decides for all.
+  if (m_self != 0 && code != ExitCode::kOk && code != ExitCode::kPreempted &&
+      m_watch->alive(0)) {
+    auto h = comm::make_header(Kind::kStopRequest, m_self, 0);
+    h.code = static_cast<std::uint32_t>(code);
+    m_ctrl_sends.send(comm::make_message(0, h), 0, comm::kTagToShard);
+  }
 }
+
+// Every answer must complete before the buffers go away; to a peer that
+// died, they are cancelled (or kept) rather than waited for.
+void Shard::drain() {
+  const double limit = m_cfg.cluster.dead_after_s;
+  if (!m_data_sends.drain(limit) || !m_ctrl_sends.drain(limit)) {
+    spdlog::warn("shard {}: some messages to other ranks were not received within {}s", m_self,
+                 limit);
+  }
+}
+
+std::string Shard::rank_name(int rank) const { return comm::describe_rank(*m_st.peers, rank); }
 
 void Shard::protocol_error(const std::string& what) const {
   throw InternalError("parameter-server shard " + std::to_string(m_self) + " rejected a " + what +
                       " (nothing was applied; check that every rank runs the same syncopt "
                       "binary and config)");
+}
+
+// ------------------------------------------------------------------- liveness
+
+int Shard::live_workers() const {
+  return static_cast<int>(std::count(m_dead.begin(), m_dead.end(), 0));
+}
+
+// Sync, timeout and softsync need N (c) live workers; async and ssp one.
+int Shard::workers_needed() const {
+  return config::traits(m_roles.mode).n_rule == config::NRule::kOne ? 1 : m_roles.n;
+}
+
+void Shard::check_liveness() {
+  const double now = m_st.clock->now();
+  for (const int rank : m_watch->poll(now)) {
+    m_dead_ranks.push_back(rank);
+    if (rank >= m_roles.first_worker) {
+      lose_worker(m_roles.worker_of(rank), now);
+      continue;
+    }
+    const bool evaluator = rank == m_roles.evaluator_rank;
+    const std::string who = (evaluator ? "the evaluator, " : "shard " + std::to_string(rank) + ", ") +
+                            rank_name(rank);
+    spdlog::error("{} has been silent for {:.0f}s (cluster.dead_after_s): it is dead", who,
+                  now - m_watch->last_heard(rank));
+    if (evaluator) {
+      m_eval_done = true;
+      m_eval_waiting = false;
+      m_recvs.cancel(m_eval_slot);
+      m_ctrl_sends.cancel_to(rank);
+      if (m_saving != nullptr) m_saving->waiting.erase(rank);
+    } else {
+      const int slot = m_shard_slot[static_cast<std::size_t>(rank)];
+      if (slot >= 0) m_recvs.cancel(slot);
+      m_ctrl_sends.cancel_to(rank);
+      m_saving.reset();  // a checkpoint without a shard's part is no checkpoint
+      m_final_saved = true;
+    }
+    finish(ExitCode::kUnavailable, "failed",
+           who + " is dead (silent for " + std::to_string(static_cast<int>(now - m_watch->last_heard(rank))) +
+               "s): the run cannot go on without it");
+  }
+}
+
+void Shard::lose_worker(int w, double now) {
+  const auto wi = static_cast<std::size_t>(w);
+  const int rank = m_roles.worker_rank(w);
+  m_dead[wi] = 1;
+  m_pending[wi].waiting = false;
+  m_flag[wi] = 0;
+  m_core.retire(w);
+  m_recvs.cancel(w);
+  m_data_sends.cancel_to(rank);
+  if (m_saving != nullptr) m_saving->waiting.erase(rank);
+  const double silent = now - m_watch->last_heard(rank);
+  const auto& peer = (*m_st.peers)[static_cast<std::size_t>(rank)];
+  m_lost.push_back({{"worker", w},
+                    {"rank", rank},
+                    {"host", peer.host},
+                    {"pid", peer.pid},
+                    {"step", m_core.version()},
+                    {"last_gradient", m_last_seq[wi]},
+                    {"reason", "silent for " + std::to_string(static_cast<int>(silent)) +
+                                   "s (cluster.dead_after_s = " +
+                                   std::to_string(m_cfg.cluster.dead_after_s) + ")"}});
+  const int live = live_workers();
+  if (m_self == 0) {
+    spdlog::warn("worker {} ({}) has been silent for {:.0f}s at step {}: excluded, {} of {} "
+                 "workers live, {} needed",
+                 w, rank_name(rank), silent, m_core.version(), live, m_workers, workers_needed());
+  }
+  if (!m_finished && live < workers_needed()) {
+    std::string lost;
+    for (const auto& l : m_lost) lost += (lost.empty() ? "" : ", ") + rank_name(l["rank"].get<int>());
+    finish(ExitCode::kUnavailable, "failed",
+           "only " + std::to_string(live) + " of " + std::to_string(m_workers) +
+               " workers are alive and this mode needs " + std::to_string(workers_needed()) +
+               " (lost: " + lost + "); the run cannot go on. A checkpoint is saved: resume with "
+               "replacement ranks and --set run.resume=true");
+  }
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+// A stop signal here or anywhere: shard 0 stops at the next step boundary;
+// the others tell shard 0 (once).
+void Shard::request_stop(int sig) {
+  if (m_stop_signal != 0 || sig == 0) return;
+  m_stop_signal = sig;
+  if (m_self == 0) return;  // coordinate() acts on it
+  if (!m_watch->alive(0)) return;
+  auto h = comm::make_header(Kind::kStopRequest, m_self, 0);
+  h.step_seq = static_cast<std::uint64_t>(sig);
+  m_ctrl_sends.send(comm::make_message(0, h), 0, comm::kTagToShard);
+}
+
+bool Shard::checkpoint_due() const {
+  const auto& run = m_cfg.run;
+  const std::uint64_t v = m_core.version();
+  if (v == m_resumed_step) return false;
+  const bool by_steps = run.checkpoint_every_steps > 0 &&
+                        v % static_cast<std::uint64_t>(run.checkpoint_every_steps) == 0;
+  const bool by_time = run.checkpoint_every_s > 0.0 &&
+                       m_st.clock->now() - m_last_checkpoint_s >= run.checkpoint_every_s;
+  return by_steps || by_time;
+}
+
+void Shard::coordinate() {
+  request_stop(stop_signal());
+  if (m_self != 0) return;
+  if (m_stop_signal != 0 && !m_finished) {
+    finish(ExitCode::kPreempted, "stopped",
+           signal_name(m_stop_signal) + " at step " + std::to_string(m_core.version()));
+    spdlog::info("stopping at step {} on {}: saving a checkpoint", m_core.version(),
+                 signal_name(m_stop_signal));
+  }
+  if (m_finished && !m_final_saved && (m_saving == nullptr || !m_saving->final)) {
+    if (m_saving != nullptr) {
+      spdlog::info("checkpoint {} abandoned: the run ended first", m_saving->step);
+      m_saving.reset();
+    }
+    if (m_code == ExitCode::kInternal) {
+      // Diverged: the last finite checkpoint stays the latest; the others
+      // are told to end without saving.
+      m_final_saved = true;
+      auto h = comm::make_header(Kind::kCheckpoint, 0, 0);
+      h.step_seq = kNoCheckpoint;
+      h.code = static_cast<std::uint32_t>(m_code);
+      h.flags = comm::kFlagFinal;
+      for (int s = 1; s < m_roles.shards; ++s) {
+        if (!m_watch->alive(s)) continue;
+        auto hs = h;
+        hs.shard = static_cast<std::uint32_t>(s);
+        m_ctrl_sends.send(comm::make_message(0, hs), s, comm::kTagCommand);
+      }
+      if (m_has_eval && m_watch->alive(m_roles.evaluator_rank) && !m_eval_done) {
+        m_ctrl_sends.send(comm::make_message(0, h), m_roles.evaluator_rank, comm::kTagCommand);
+      }
+    } else {
+      begin_checkpoint(true);
+    }
+  } else if (!m_finished && m_saving == nullptr && checkpoint_due()) {
+    begin_checkpoint(false);
+  }
+  commit_if_complete();
+}
+
+// Shard 0: the parts every live rank writes for checkpoint `version`.
+void Shard::begin_checkpoint(bool final) {
+  const std::uint64_t step = m_core.version();
+  m_last_checkpoint_s = m_st.clock->now();
+  if (checkpoint::latest_step(m_st.run_dir) == step) {  // already on disk (just resumed)
+    if (final) m_final_saved = true;
+    return;
+  }
+  m_saving = std::make_unique<Saving>();
+  m_saving->step = step;
+  m_saving->final = final;
+  checkpoint::write_part(m_st.run_dir, step, shard_part(0), part_state());
+  m_saving->parts.push_back(shard_part(0));
+  auto h = comm::make_header(Kind::kCheckpoint, 0, 0);
+  h.step_seq = step;
+  h.code = static_cast<std::uint32_t>(m_code);
+  h.flags = final ? comm::kFlagFinal : 0;
+  for (int s = 1; s < m_roles.shards; ++s) {
+    if (!m_watch->alive(s)) continue;
+    m_saving->waiting.insert(s);
+    auto hs = h;
+    hs.shard = static_cast<std::uint32_t>(s);
+    m_ctrl_sends.send(comm::make_message(0, hs), s, comm::kTagCommand);
+  }
+  if (m_has_eval && m_watch->alive(m_roles.evaluator_rank) && !m_eval_done) {
+    m_saving->waiting.insert(m_roles.evaluator_rank);
+    m_ctrl_sends.send(comm::make_message(0, h), m_roles.evaluator_rank, comm::kTagCommand);
+  }
+  for (int w = 0; w < m_workers; ++w) {
+    const auto wi = static_cast<std::size_t>(w);
+    if (m_dead[wi] || m_done[wi]) continue;
+    m_saving->waiting.insert(m_roles.worker_rank(w));
+    if (!final) m_flag[wi] = step;  // the final one rides on STOP
+  }
+  m_stop.reset();  // a STOP built before this is not flagged
+}
+
+// Another shard: shard 0 asks for this shard's part.
+void Shard::on_checkpoint_command(const comm::MsgHeader& h) {
+  const std::uint64_t step = h.step_seq;
+  if (step != kNoCheckpoint) {
+    if (checkpoint::latest_step(m_st.run_dir) != step) {
+      checkpoint::write_part(m_st.run_dir, step, shard_part(m_self), part_state());
+    }
+    auto saved = comm::make_header(Kind::kSaved, m_self, 0);
+    saved.step_seq = step;
+    m_ctrl_sends.send(comm::make_message(0, saved), 0, comm::kTagToShard);
+  }
+  if ((h.flags & comm::kFlagFinal) != 0) {
+    m_final_saved = true;
+    const auto code = static_cast<ExitCode>(h.code);
+    finish(code, code == ExitCode::kOk ? "completed"
+                 : code == ExitCode::kPreempted ? "stopped"
+                                                : "failed",
+           "shard 0 ended the run");
+  }
+}
+
+void Shard::on_saved(int rank, std::uint64_t step) {
+  if (m_saving == nullptr || m_saving->step != step || m_saving->waiting.erase(rank) == 0) return;
+  if (rank < m_roles.shards) {
+    m_saving->parts.push_back(shard_part(rank));
+  } else if (rank == m_roles.evaluator_rank) {
+    m_saving->parts.push_back("evaluator");
+  } else {
+    m_saving->parts.push_back(worker_part(m_roles.worker_of(rank)));
+  }
+}
+
+void Shard::commit_if_complete() {
+  if (m_saving == nullptr || !m_saving->waiting.empty()) return;
+  const double t0 = m_st.clock->now();
+  const auto manifest = checkpoint::commit(m_st.run_dir, m_saving->step, m_saving->parts);
+  checkpoint::prune(m_st.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
+  std::uint64_t nbytes = 0;
+  for (const auto& f : manifest.files) nbytes += f.nbytes;
+  spdlog::info("checkpoint at step {}: {} parts, {:.1f} MB (commit {:.3f}s)", m_saving->step,
+               manifest.files.size(), static_cast<double>(nbytes) / 1e6, m_st.clock->now() - t0);
+  if (m_saving->final) m_final_saved = true;
+  m_saving.reset();
+}
+
+checkpoint::State Shard::part_state() const {
+  if (!all_finite(m_theta)) {
+    throw Error(ExitCode::kInternal, "shard " + std::to_string(m_self) +
+                                         " holds non-finite parameters; no checkpoint is saved");
+  }
+  checkpoint::State s;
+  s.put("theta", m_theta);
+  s.put_child("optim", m_opt.state());
+  if (m_use_ema) s.put_child("ema", m_ema.state());
+  s.put_child("core", m_core.state());
+  s.put("examples", m_examples);
+  s.put("wall_s", m_st.clock->now());
+  m_st.steps_log->flush();
+  if (m_self == 0) {
+    s.put("steps_bytes", m_st.steps_log->bytes());
+    if (m_st.eval_file != nullptr) {
+      m_st.eval_file->flush();
+      s.put("eval_bytes", m_st.eval_file->bytes());
+    }
+  } else {
+    s.put("records", m_st.steps_log->buffered());
+  }
+  return s;
+}
+
+void Shard::restore(const checkpoint::State& s) {
+  const auto& theta = s.get<std::vector<float>>("theta");
+  if (theta.size() != m_count) {
+    throw ConfigError(s.field_error("theta", "a slice of " + std::to_string(theta.size()) +
+                                                 " parameters; this shard has " +
+                                                 std::to_string(m_count) +
+                                                 ": resume with the same model and cluster.ps"));
+  }
+  m_theta = theta;
+  m_opt.restore(s.child("optim"));
+  if (m_use_ema) m_ema.restore(s.child("ema"));
+  m_core.restore(s.child("core"));
+  m_examples = s.get<std::uint64_t>("examples");
+  if (m_self != 0) m_st.steps_log->restore_buffer(s.get<std::string>("records"));
+  m_resumed_step = m_core.version();
 }
 
 }  // namespace syncopt::ps

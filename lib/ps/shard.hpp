@@ -1,24 +1,40 @@
-// The parameter-server shard (DESIGN.md §3-§4): a thin MPI loop around
+// The parameter-server shard (DESIGN.md §3, §4, §10): a thin MPI loop around
 // ShardCore. It keeps one receive posted per worker (and one for the
-// evaluator), feeds gradients to the core, applies the optimiser to its
-// slice when an update is due, answers pulls under the mode's rule, serves
-// the evaluator, and drains every message before it returns.
+// evaluator and each other shard), feeds gradients to the core, applies the
+// optimiser to its slice when an update is due, answers pulls under the
+// mode's rule, serves the evaluator, watches every peer's heartbeat, and
+// drains every message before it returns.
+//
+// Shard 0 also coordinates: it decides when a checkpoint is taken (every
+// run.checkpoint_every_s / _steps, at the end, and when a stop signal
+// reaches any rank), tells the other shards and the evaluator to save their
+// parts, flags its next answer to every worker so that each saves its own,
+// and commits the checkpoint once every live rank's part is written.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/state.hpp"
+#include "comm/liveness.hpp"
+#include "comm/peers.hpp"
 #include "comm/poll.hpp"
 #include "comm/requests.hpp"
 #include "common/clock.hpp"
+#include "common/error.hpp"
 #include "config/config.hpp"
 #include "layout/roles.hpp"
+#include "metrics/records.hpp"
 #include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
 #include "ps/shard_core.hpp"
@@ -29,13 +45,19 @@ struct ShardSetup {
   const config::Config* cfg = nullptr;
   const layout::Roles* roles = nullptr;
   const layout::Plan* plan = nullptr;
+  const std::vector<comm::Peer>* peers = nullptr;  // every rank's host and pid
   int shard = 0;
   layout::Slice slice;
   const float* initial = nullptr;  // the slice's initial parameters
   MPI_Comm data_comm = MPI_COMM_NULL;
   MPI_Comm ctrl_comm = MPI_COMM_NULL;
+  MPI_Comm live_comm = MPI_COMM_NULL;  // heartbeats alone
   const RunClock* clock = nullptr;        // run-relative seconds
   metrics::StepLog* steps_log = nullptr;  // where this shard's step records go
+  // Shard 0 without an evaluator rank: eval.jsonl, whose length a checkpoint records.
+  metrics::JsonlWriter* eval_file = nullptr;
+  std::filesystem::path run_dir;               // checkpoints go below it
+  const checkpoint::State* resume = nullptr;   // this shard's part of the checkpoint resumed
   // Called after every update (the progress line on rank 0).
   std::function<void(std::uint64_t step, std::uint64_t examples, float loss)> on_update;
   // Called after every update but the last with the full slice of theta and
@@ -51,6 +73,11 @@ struct ShardResult {
   std::uint64_t steps = 0;
   std::uint64_t examples = 0;  // accepted examples
   std::int64_t after_end = 0;  // gradients that arrived after the last update
+  ExitCode code = ExitCode::kOk;
+  std::string status = "completed";  // completed | stopped | failed
+  std::string detail;                // "SIGUSR1 at step 40", or why it failed
+  nlohmann::json lost_workers = nlohmann::json::array();
+  std::vector<int> dead_ranks;  // every rank this shard found dead
 };
 
 class Shard {
@@ -60,8 +87,9 @@ class Shard {
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
 
-  // Serves workers and the evaluator until training has ended and every
-  // worker and the evaluator have said goodbye; then drains.
+  // Serves workers and the evaluator until training has ended (or been
+  // stopped), every live worker and the evaluator have said goodbye, and
+  // the last checkpoint is saved; then drains.
   ShardResult run();
 
  private:
@@ -69,19 +97,44 @@ class Shard {
     bool waiting = false;
     std::uint64_t version = 0;
   };
+  // A checkpoint being saved (shard 0): the parts still to be written.
+  struct Saving {
+    std::uint64_t step = 0;
+    std::set<int> waiting;  // ranks whose part is not written yet
+    std::vector<std::string> parts;
+    bool final = false;
+  };
 
   bool receive();
   void on_worker_message(int w, int bytes, double seen);
-  void on_evaluator_message(int bytes);
+  void on_peer_message(int slot, int bytes);
   bool apply_due();
   void apply_one();
   bool answer_pulls();
   bool serve_evaluator();
   void notify_evaluator();
+  void check_liveness();
+  void lose_worker(int w, double now);
+  void finish(ExitCode code, const std::string& status, const std::string& detail);
+  bool keep_running() const;
   void drain();
   const comm::SharedMessage& publish();
   bool done_training() const;
+  std::string rank_name(int rank) const;
   [[noreturn]] void protocol_error(const std::string& what) const;
+
+  // Checkpoints and stops.
+  void coordinate();
+  void request_stop(int sig);
+  void begin_checkpoint(bool final);
+  void on_checkpoint_command(const comm::MsgHeader& h);
+  void on_saved(int rank, std::uint64_t step);
+  void commit_if_complete();
+  checkpoint::State part_state() const;
+  void restore(const checkpoint::State& s);
+  bool checkpoint_due() const;
+  int live_workers() const;
+  int workers_needed() const;
 
   const ShardSetup& m_st;
   const config::Config& m_cfg;
@@ -98,24 +151,38 @@ class Shard {
   optim::Ema m_ema;
   optim::ScheduleOptions m_sched;
 
-  // Receives: slot w for worker w, slot K for the evaluator.
+  // Receives: slot w for worker w, then the evaluator, then the other shards.
   comm::RecvSlots m_recvs;
+  int m_eval_slot = -1;
+  std::vector<int> m_shard_slot;  // per shard rank (-1 for this one)
   comm::SendQueue m_data_sends, m_ctrl_sends;
   std::vector<comm::SharedMessage> m_snapshots;  // published versions, reused once free
   comm::SharedMessage m_current;                 // snapshot of the current version, if any
   comm::SharedMessage m_stop;                    // STOP, built once at the end
+  std::unique_ptr<comm::Watch> m_watch;
 
-  std::vector<Pending> m_pending;  // a worker's request waiting for an answer
-  std::vector<char> m_done;        // worker said goodbye
-  int m_done_workers = 0;
+  std::vector<Pending> m_pending;     // a worker's request waiting for an answer
+  std::vector<char> m_done;           // worker said goodbye
+  std::vector<char> m_dead;           // worker found dead
+  std::vector<std::uint64_t> m_flag;  // checkpoint step to flag in the next answer (0: none)
+  std::vector<std::uint64_t> m_last_seq;  // last gradient seen per worker
   bool m_eval_done;
   bool m_eval_waiting = false;
   bool m_eval_notified = false;
   std::uint64_t m_eval_version = 0;
 
   bool m_finished = false;
+  ExitCode m_code = ExitCode::kOk;
+  std::string m_status = "completed", m_detail;
+  int m_stop_signal = 0;
   std::uint64_t m_examples = 0;
   std::int64_t m_after_end = 0;
+  std::unique_ptr<Saving> m_saving;  // shard 0
+  bool m_final_saved = false;        // the last checkpoint: committed (shard 0) or my part written
+  double m_last_checkpoint_s = 0.0;
+  std::uint64_t m_resumed_step = 0;
+  nlohmann::json m_lost = nlohmann::json::array();
+  std::vector<int> m_dead_ranks;
   std::mt19937_64 m_rng;  // the order of receives that completed together
   comm::IdleBackoff m_backoff;
 };

@@ -1,19 +1,25 @@
-// Distributed training in phases (see distributed.hpp, DESIGN.md §2-§4, §8):
+// Distributed training in phases (see distributed.hpp, DESIGN.md §2-§4, §8, §10):
 //   1. inputs   every rank loads the data; all agree that it worked
 //   2. compute  workers and the evaluating rank build their network
-//   3. outputs  rank 0 creates the run directory; the eval writer its log
-//   4. roles    from a common start, each rank runs its role's loop
-//   5. end      the final parameters, evaluation, records and summary
+//   3. outputs  rank 0 opens the run directory; the eval writer its log
+//   4. resume   every rank reads its part of the latest checkpoint (if resuming)
+//   5. roles    from a common start, each rank runs its role's loop
+//   6. end      point to point, bounded: final parameters, evaluation, records, summary
 #include "train/distributed.hpp"
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/checkpoint.hpp"
 #include "comm/agree.hpp"
 #include "comm/mpi.hpp"
+#include "comm/poll.hpp"
+#include "comm/protocol.hpp"
+#include "comm/requests.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "data/dataset.hpp"
@@ -22,8 +28,6 @@
 #include "metrics/records.hpp"
 #include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
-#include "checkpoint/checkpoint.hpp"
-#include "train/run_dir.hpp"
 #include "ps/shard.hpp"
 #include "train/allreduce.hpp"
 #include "train/evaluation.hpp"
@@ -36,6 +40,7 @@ namespace syncopt::train {
 
 namespace {
 
+using comm::Kind;
 using layout::Role;
 
 // What a rank knows once the job is set up; filled in phase by phase.
@@ -44,7 +49,9 @@ struct Job {
   const config::Config& cfg;
   const Compute& compute;
   int rank = 0, world = 1;
-  comm::Communicator data_comm, ctrl_comm;  // one duplicate per concern
+  // One duplicate per concern: gradients and parameters, control, heartbeats.
+  comm::Communicator data_comm, ctrl_comm, live_comm;
+  std::vector<comm::Peer> peers;
   layout::Roles roles;
   Role role = Role::kWorker;
   int eval_writer = 0;
@@ -61,10 +68,22 @@ struct Job {
   std::unique_ptr<metrics::StepLog> steps;  // rank 0: steps.jsonl; other shards: in memory
   std::unique_ptr<metrics::JsonlWriter> eval_file;
   std::unique_ptr<EvalLog> eval;
+  std::optional<checkpoint::Checkpoint> resumed;  // this rank's part (and shard 0's)
   RunClock clock;
 
   bool ps_mode() const { return roles.shards > 0; }
   MPI_Comm ctrl() const { return ctrl_comm.get(); }
+  std::string my_part() const {
+    switch (roles.role_of(rank)) {
+      case Role::kShard: return "shard" + std::to_string(rank);
+      case Role::kEvaluator: return "evaluator";
+      case Role::kWorker: return "worker" + std::to_string(roles.worker_of(rank));
+    }
+    return "";
+  }
+  const checkpoint::State* my_state() const {
+    return resumed && resumed->has_part(my_part()) ? &resumed->part(my_part()) : nullptr;
+  }
 };
 
 // What a rank's role leaves for the end phase.
@@ -72,8 +91,10 @@ struct RoleOutcome {
   std::vector<float> theta, ema;  // a shard's slice; allreduce: rank 0's full vector
   std::uint64_t examples = 0;
   double wall_s = 0.0;
-  std::uint64_t steps = 0;  // updates done
-  int stop_signal = 0;      // stopped by this signal, or 0 (completed)
+  std::uint64_t steps = 0;
+  Outcome outcome;
+  nlohmann::json lost_workers = nlohmann::json::array();
+  std::vector<int> dead_ranks;
 };
 
 // 1. Every rank loads the data (workers train on it, the evaluator tests on
@@ -120,34 +141,63 @@ void build_compute(Job& job) {
   });
 }
 
-// 3. Rank 0 opens the run directory (new, or resumed: its records cut back
-//    to the latest checkpoint); the eval writer its log; everyone agrees.
+// Where the records end in the checkpoint resumed: rank 0 holds steps.jsonl,
+// the eval writer eval.jsonl. Without an offset (a part the checkpoint
+// lacks), the file is kept whole.
+std::optional<std::uint64_t> record_offset(const checkpoint::Checkpoint& ck,
+                                           const std::string& part, const char* field) {
+  if (!ck.has_part(part) || !ck.part(part).has(field)) return std::nullopt;
+  return ck.part(part).get<std::uint64_t>(field);
+}
+
+// 3. Rank 0 opens the run directory; the others wait for it, then every
+//    rank of a resumed run reads its part of the latest checkpoint (4.),
+//    and the writers of records open them (cut back to the checkpoint).
 void open_outputs(Job& job) {
   const auto& cfg = job.cfg;
   job.run_dir = std::filesystem::path(cfg.run.dir) / cfg.run.name;
-  std::uint64_t offsets[2] = {0, 0};  // steps.jsonl, eval.jsonl bytes at the checkpoint
   comm::agree(job.ctrl(), [&] {
-    if (job.rank != 0) return;
-    open_run_dir(cfg);
-    if (cfg.run.resume) {
-      const auto ck = checkpoint::load_latest(job.run_dir, {"run"});
-      offsets[0] = ck.part("run").get<std::uint64_t>("steps_bytes");
-      offsets[1] = ck.part("run").get<std::uint64_t>("eval_bytes");
-      job.steps = std::make_unique<metrics::StepLog>(
-          metrics::StepLog::resume_file(job.run_dir / "steps.jsonl", offsets[0]));
-    } else {
-      job.steps = std::make_unique<metrics::StepLog>(
-          metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
-    }
+    if (job.rank == 0) open_run_dir(cfg);
   });
-  SYNCOPT_CHECK_MPI(MPI_Bcast(offsets, 2, MPI_UINT64_T, 0, job.ctrl()));
   comm::agree(job.ctrl(), [&] {
-    if (job.rank != job.eval_writer) return;
-    job.eval_file = std::make_unique<metrics::JsonlWriter>(
-        cfg.run.resume ? metrics::JsonlWriter::resume_at(job.run_dir / "eval.jsonl", offsets[1])
-                       : metrics::JsonlWriter(job.run_dir / "eval.jsonl"));
-    job.eval = std::make_unique<EvalLog>(*job.net, job.data.test, *job.eval_file,
-                                         job.plan.train_count, cfg.optim.ema > 0.0, job.clock);
+    if (!cfg.run.resume) return;
+    std::vector<std::string> parts{job.ps_mode() ? "shard0" : "run", job.my_part()};
+    if (!job.ps_mode()) parts.push_back("rank" + std::to_string(job.rank));
+    if (job.rank == job.eval_writer && job.roles.evaluator_rank >= 0) parts.push_back("evaluator");
+    // A part a rank's role has no state for (a worker lost before the save)
+    // is not required: load what exists, then check the ones that must.
+    const auto latest = checkpoint::load_latest(job.run_dir, {parts[0]});
+    std::vector<std::string> present;
+    for (const auto& e : latest.manifest.files) {
+      if (std::find(parts.begin(), parts.end(), e.part) != parts.end()) present.push_back(e.part);
+    }
+    job.resumed = checkpoint::load_latest(job.run_dir, present);
+  });
+  comm::agree(job.ctrl(), [&] {
+    if (job.rank == 0) {
+      const auto offset =
+          job.resumed ? record_offset(*job.resumed, job.ps_mode() ? "shard0" : "run", "steps_bytes")
+                      : std::nullopt;
+      job.steps = std::make_unique<metrics::StepLog>(
+          offset ? metrics::StepLog::resume_file(job.run_dir / "steps.jsonl", *offset)
+          : job.resumed
+              ? metrics::StepLog::resume_file(job.run_dir / "steps.jsonl",
+                                              std::filesystem::file_size(job.run_dir / "steps.jsonl"))
+              : metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
+    }
+    if (job.rank == job.eval_writer) {
+      const std::string part = job.roles.evaluator_rank >= 0 ? "evaluator"
+                               : job.ps_mode()              ? "shard0"
+                                                            : "run";
+      const auto path = job.run_dir / "eval.jsonl";
+      const auto offset = job.resumed ? record_offset(*job.resumed, part, "eval_bytes") : std::nullopt;
+      job.eval_file = std::make_unique<metrics::JsonlWriter>(
+          offset        ? metrics::JsonlWriter::resume_at(path, *offset)
+          : job.resumed ? metrics::JsonlWriter::resume_at(path, std::filesystem::file_size(path))
+                        : metrics::JsonlWriter(path));
+      job.eval = std::make_unique<EvalLog>(*job.net, job.data.test, *job.eval_file,
+                                           job.plan.train_count, cfg.optim.ema > 0.0, job.clock);
+    }
   });
   if (job.rank != 0 && job.role == Role::kShard) {
     job.steps = std::make_unique<metrics::StepLog>(metrics::StepLog::in_memory());
@@ -157,7 +207,16 @@ void open_outputs(Job& job) {
     spdlog::info("mode {}: {} parameters, {} updates of {} examples ({:.2f} epochs)",
                  config::mode_name(job.roles.mode), job.param_layout.count, job.plan.total_steps,
                  job.plan.examples_per_update, job.plan.total_epochs);
+    if (job.resumed) spdlog::info("resuming from the checkpoint at step {}", job.resumed->step);
   }
+}
+
+Outcome outcome_of(ExitCode code, const std::string& status, const std::string& detail) {
+  Outcome o;
+  o.exit_code = code;
+  o.status = status;
+  o.detail = detail;
+  return o;
 }
 
 RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
@@ -165,13 +224,18 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   st.cfg = &job.cfg;
   st.roles = &job.roles;
   st.plan = &job.plan;
+  st.peers = &job.peers;
   st.shard = job.rank;
   st.slice = job.slices[static_cast<std::size_t>(job.rank)];
   st.initial = job.init.data() + st.slice.offset;
   st.data_comm = job.data_comm.get();
   st.ctrl_comm = job.ctrl();
+  st.live_comm = job.live_comm.get();
   st.clock = &job.clock;
   st.steps_log = job.steps.get();
+  st.eval_file = job.rank == 0 && job.roles.evaluator_rank < 0 ? job.eval_file.get() : nullptr;
+  st.run_dir = job.run_dir;
+  st.resume = job.my_state();
   if (job.rank == 0) {
     st.on_update = [&](std::uint64_t step, std::uint64_t ex, float loss) {
       const double now = job.clock.now();
@@ -193,13 +257,23 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   }
   ps::Shard shard(st);
   ps::ShardResult r = shard.run();
-  return {std::move(r.theta), std::move(r.ema), r.examples, job.clock.now()};
+  RoleOutcome out;
+  out.theta = std::move(r.theta);
+  out.ema = std::move(r.ema);
+  out.examples = r.examples;
+  out.wall_s = job.clock.now();
+  out.steps = r.steps;
+  out.outcome = outcome_of(r.code, r.status, r.detail);
+  out.lost_workers = r.lost_workers;
+  out.dead_ranks = r.dead_ranks;
+  return out;
 }
 
 RoleOutcome run_worker_role(Job& job) {
   worker::WorkerSetup ws;
   ws.cfg = &job.cfg;
   ws.roles = &job.roles;
+  ws.peers = &job.peers;
   ws.worker = job.roles.worker_of(job.rank);
   ws.slices = job.slices;
   ws.param_count = job.param_layout.count;
@@ -207,11 +281,39 @@ RoleOutcome run_worker_role(Job& job) {
   ws.train = &job.data.train;
   ws.stragglers = job.stragglers.get();
   ws.data_comm = job.data_comm.get();
+  ws.live_comm = job.live_comm.get();
+  ws.clock = &job.clock;
+  ws.run_dir = job.run_dir;
+  ws.resume = job.my_state();
   worker::Worker w(ws);
   const auto wr = w.run();
   spdlog::debug("worker {}: {} gradients, compute {:.2f}s, delay {:.2f}s, waiting {:.2f}s",
                 ws.worker, wr.gradients, wr.compute_s, wr.delay_s, wr.wait_s);
-  return {{}, {}, 0, job.clock.now()};
+  RoleOutcome out;
+  out.wall_s = job.clock.now();
+  out.outcome = Outcome::from_code(wr.code);
+  return out;
+}
+
+RoleOutcome run_evaluator_role(Job& job) {
+  EvaluatorSetup st;
+  st.cfg = &job.cfg;
+  st.roles = &job.roles;
+  st.plan = &job.plan;
+  st.peers = &job.peers;
+  st.slices = job.slices;
+  st.param_count = job.param_layout.count;
+  st.eval = job.eval.get();
+  st.eval_file = job.eval_file.get();
+  st.clock = &job.clock;
+  st.ctrl_comm = job.ctrl();
+  st.live_comm = job.live_comm.get();
+  st.run_dir = job.run_dir;
+  st.resume = job.my_state();
+  RoleOutcome out;
+  out.outcome = Outcome::from_code(run_evaluator(st));
+  out.wall_s = job.clock.now();
+  return out;
 }
 
 RoleOutcome run_allreduce_role(Job& job, metrics::Progress& progress) {
@@ -236,16 +338,22 @@ RoleOutcome run_allreduce_role(Job& job, metrics::Progress& progress) {
   st.eval = job.eval.get();
   st.progress = &progress;
   AllreduceResult r = run_allreduce(st);
-  RoleOutcome out{std::move(r.theta), std::move(r.ema), r.examples, job.clock.now()};
+  RoleOutcome out;
+  out.theta = std::move(r.theta);
+  out.ema = std::move(r.ema);
+  out.examples = r.examples;
+  out.wall_s = job.clock.now();
   out.steps = r.steps;
-  out.stop_signal = r.stop_signal;
+  if (r.stop_signal != 0) out.outcome = Outcome::stopped(r.stop_signal, r.steps);
   return out;
 }
 
-// 4. The role loops, from a common start.
+// 5. The role loops, from a common start (a resumed run continues its time axis).
 RoleOutcome run_role(Job& job, bool quiet) {
   SYNCOPT_CHECK_MPI(MPI_Barrier(job.ctrl()));
-  job.clock.restart();
+  const auto* s0 = job.resumed && job.resumed->has_part("shard0") ? &job.resumed->part("shard0")
+                                                                   : nullptr;
+  job.clock.restart(s0 != nullptr ? s0->get<double>("wall_s") : 0.0);
   metrics::Progress progress(static_cast<std::int64_t>(job.plan.total_steps),
                              job.cfg.run.progress_every_steps, quiet || job.rank != 0);
   RoleOutcome out;
@@ -254,10 +362,7 @@ RoleOutcome run_role(Job& job, bool quiet) {
   } else if (job.role == Role::kShard) {
     out = run_shard_role(job, progress);
   } else if (job.role == Role::kEvaluator) {
-    EvaluatorSetup st{&job.cfg,      &job.roles, &job.plan,  job.slices, job.param_layout.count,
-                      job.eval.get(), &job.clock, job.ctrl()};
-    run_evaluator(st);
-    out.wall_s = job.clock.now();
+    out = run_evaluator_role(job);
   } else {
     out = run_worker_role(job);
   }
@@ -265,103 +370,211 @@ RoleOutcome run_role(Job& job, bool quiet) {
   return out;
 }
 
-// Gathers every shard's slice to `root` (the others contribute nothing).
-std::vector<float> gather_slices(const Job& job, const std::vector<float>& mine, int root) {
-  const int world = job.roles.world;
-  std::vector<int> counts(static_cast<std::size_t>(world), 0),
-      displs(static_cast<std::size_t>(world), 0);
-  for (int s = 0; s < job.roles.shards; ++s) {
-    counts[static_cast<std::size_t>(s)] = static_cast<int>(job.slices[static_cast<std::size_t>(s)].count);
-    displs[static_cast<std::size_t>(s)] = static_cast<int>(job.slices[static_cast<std::size_t>(s)].offset);
-  }
-  std::vector<float> full(job.rank == root ? job.param_layout.count : 0);
-  const int send_count = job.rank < job.roles.shards ? static_cast<int>(mine.size()) : 0;
-  SYNCOPT_CHECK_MPI(MPI_Gatherv(mine.data(), send_count, MPI_FLOAT, full.data(), counts.data(),
-                                displs.data(), MPI_FLOAT, root, job.ctrl()));
-  return full;
-}
+// ---------------------------------------------------------------- 6. the end
 
-// Concatenates every rank's text at rank 0.
-std::string gather_text(const Job& job, const std::string& mine) {
-  const int world = job.roles.world;
-  const int n = static_cast<int>(mine.size());
-  std::vector<int> sizes(static_cast<std::size_t>(world)), displs(static_cast<std::size_t>(world));
-  SYNCOPT_CHECK_MPI(MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, job.ctrl()));
-  std::string all;
-  if (job.rank == 0) {
-    int total = 0;
-    for (int r = 0; r < world; ++r) {
-      displs[static_cast<std::size_t>(r)] = total;
-      total += sizes[static_cast<std::size_t>(r)];
+// Polls `slots` until every posted one completed or `limit_s` passed; the
+// ones left are cancelled. Returns whether all completed.
+bool receive_all(comm::RecvSlots& slots, double limit_s) {
+  const RunClock clock;
+  comm::IdleBackoff backoff;
+  while (slots.any_active()) {
+    if (!slots.test().empty()) continue;
+    if (clock.now() > limit_s) {
+      for (int i = 0; i < slots.size(); ++i) slots.cancel(i);
+      return false;
     }
-    all.resize(static_cast<std::size_t>(total));
+    backoff.idle(0.01);
   }
-  SYNCOPT_CHECK_MPI(MPI_Gatherv(mine.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(),
-                                MPI_CHAR, 0, job.ctrl()));
-  return all;
+  return true;
 }
 
-// 5. End phase: every rank is here; nothing is in flight any more.
-DistributedResult finish(Job& job, RoleOutcome& out) {
-  std::vector<float> theta, ema;
-  if (job.ps_mode()) {
-    theta = gather_slices(job, out.theta, job.eval_writer);
-    ema = gather_slices(job, out.ema, job.eval_writer);
-  } else if (job.rank == 0) {
+// Text sent to rank 0 by another shard (its step records); nullopt if none
+// came within `limit_s`.
+std::optional<std::string> receive_text(int from, MPI_Comm comm, double limit_s) {
+  const RunClock clock;
+  comm::IdleBackoff backoff;
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    SYNCOPT_CHECK_MPI(MPI_Iprobe(from, comm::kTagRecords, comm, &flag, &st));
+    if (flag) {
+      int n = 0;
+      SYNCOPT_CHECK_MPI(MPI_Get_count(&st, MPI_CHAR, &n));
+      std::string text(static_cast<std::size_t>(n), '\0');
+      SYNCOPT_CHECK_MPI(MPI_Recv(text.data(), n, MPI_CHAR, from, comm::kTagRecords, comm,
+                                 MPI_STATUS_IGNORE));
+      return text;
+    }
+    if (clock.now() > limit_s) return std::nullopt;
+    backoff.idle(0.01);
+  }
+}
+
+// Sends `text` to `to` (rank 0: another shard's records), waiting at most
+// `limit_s` for it to be taken.
+void send_text(const std::string& text, int to, MPI_Comm comm, double limit_s) {
+  auto buffer = std::make_unique<std::string>(text);
+  MPI_Request req = MPI_REQUEST_NULL;
+  SYNCOPT_CHECK_MPI(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()), MPI_CHAR, to,
+                              comm::kTagRecords, comm, &req));
+  const RunClock clock;
+  comm::IdleBackoff backoff;
+  for (;;) {
+    int done = 0;
+    SYNCOPT_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (clock.now() > limit_s) break;
+    backoff.idle(0.01);
+  }
+  // Rank 0 is gone: the buffer must outlive MPI's hold on it.
+  (void)MPI_Cancel(&req);
+  (void)buffer.release();  // NOLINT: deliberate leak, as in comm/requests.hpp
+  spdlog::error("the step records of this shard were not taken by rank 0 within {}s", limit_s);
+}
+
+// What the eval writer tells rank 0.
+struct FinalEval {
+  bool done = false;
+  EvalResult theta, ema;
+};
+
+// The eval writer: every shard's final slices, the final evaluation (of a
+// completed run), params.f32 and params_ema.f32.
+FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, double limit_s) {
+  const std::size_t count = job.param_layout.count;
+  std::vector<float> theta(count), ema(count);
+  if (!job.ps_mode()) {
     theta = std::move(out.theta);
     ema = std::move(out.ema);
-  }
-  std::uint64_t examples = out.examples;  // shard 0's count (allreduce: every rank's)
-  SYNCOPT_CHECK_MPI(MPI_Bcast(&examples, 1, MPI_UINT64_T, 0, job.ctrl()));
-  double wall_s = out.wall_s;
-  SYNCOPT_CHECK_MPI(MPI_Bcast(&wall_s, 1, MPI_DOUBLE, 0, job.ctrl()));
-  std::uint64_t stop[2] = {static_cast<std::uint64_t>(out.stop_signal), out.steps};
-  SYNCOPT_CHECK_MPI(MPI_Bcast(stop, 2, MPI_UINT64_T, 0, job.ctrl()));
-  const Outcome outcome = stop[0] != 0 ? Outcome::stopped(static_cast<int>(stop[0]), stop[1])
-                                       : Outcome{};
-  double final_eval[4] = {0, 0, 0, 0};
-  comm::agree(job.ctrl(), [&] {
-    if (job.rank != job.eval_writer) return;
-    if (outcome.status == "completed") {
-      const EvalPoint p =
-          job.eval->run(job.plan.total_steps, examples, theta.data(), ema.data(), wall_s);
-      final_eval[0] = p.theta.loss;
-      final_eval[1] = p.theta.accuracy;
-      final_eval[2] = p.ema.loss;
-      final_eval[3] = p.ema.accuracy;
+  } else {
+    comm::RecvSlots slots;
+    for (int s = 0; s < job.roles.shards; ++s) {
+      if (s == job.rank) continue;
+      slots.add(s, comm::kTagFinal, job.ctrl(), 2 * job.slices[static_cast<std::size_t>(s)].count);
     }
-    job.eval_file->flush();
-    metrics::write_floats(job.run_dir / "params.f32", theta);
-    metrics::write_floats(job.run_dir / "params_ema.f32", ema);
-  });
-  SYNCOPT_CHECK_MPI(MPI_Bcast(final_eval, 4, MPI_DOUBLE, job.eval_writer, job.ctrl()));
-  // Other shards' records travel to rank 0.
-  const std::string others =
-      gather_text(job, job.rank != 0 && job.steps ? job.steps->buffered() : std::string{});
+    for (int i = 0; i < slots.size(); ++i) slots.post(i);
+    if (job.role == Role::kShard) {
+      const auto& sl = job.slices[static_cast<std::size_t>(job.rank)];
+      std::copy(out.theta.begin(), out.theta.end(), theta.begin() + static_cast<std::ptrdiff_t>(sl.offset));
+      std::copy(out.ema.begin(), out.ema.end(), ema.begin() + static_cast<std::ptrdiff_t>(sl.offset));
+    }
+    if (!receive_all(slots, limit_s)) {
+      spdlog::error("the final parameters of some shard did not arrive: no final evaluation");
+      return {};
+    }
+    for (int i = 0; i < slots.size(); ++i) {
+      const int s = slots.source(i);
+      const auto& sl = job.slices[static_cast<std::size_t>(s)];
+      const auto& h = slots.message(i).header();
+      if (s == 0) {  // shard 0's count of examples and end of training
+        out.examples = h.examples;
+        out.wall_s = h.compute_s;
+      }
+      const float* p = slots.message(i).payload();
+      std::copy_n(p, sl.count, theta.begin() + static_cast<std::ptrdiff_t>(sl.offset));
+      std::copy_n(p + sl.count, sl.count, ema.begin() + static_cast<std::ptrdiff_t>(sl.offset));
+    }
+  }
+  FinalEval fe;
+  if (outcome.status == "completed") {
+    const EvalPoint p = job.eval->run(job.plan.total_steps, out.examples, theta.data(), ema.data(),
+                                      out.wall_s);
+    fe = {true, p.theta, p.ema};
+  }
+  job.eval_file->flush();
+  metrics::write_floats(job.run_dir / "params.f32", theta);
+  metrics::write_floats(job.run_dir / "params_ema.f32", ema);
+  return fe;
+}
+
+// Rank 0: the records of every shard, then summary.json, written last.
+std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe, double limit_s) {
+  for (int s = 1; s < job.roles.shards; ++s) {
+    const bool dead = std::count(out.dead_ranks.begin(), out.dead_ranks.end(), s) > 0;
+    if (dead) continue;
+    if (const auto text = receive_text(s, job.ctrl(), limit_s)) {
+      if (!text->empty()) job.steps->append_lines(*text);
+    } else {
+      spdlog::error("the step records of shard {} did not arrive", s);
+    }
+  }
+  job.steps->flush();
+  metrics::RunInfo info;
+  info.mode = job.roles.mode;
+  info.n = job.roles.n;
+  info.b = job.roles.backups;
+  info.shards = job.roles.shards;
+  info.workers = job.roles.workers;
+  info.batch = job.cfg.train.batch;
+  info.wall_s = out.wall_s;
+  info.examples = out.examples;
+  info.epochs = static_cast<double>(out.examples) / job.plan.train_count;
+  info.test_loss = fe.theta.loss;
+  info.test_acc = fe.theta.accuracy;
+  info.test_loss_ema = fe.ema.loss;
+  info.test_acc_ema = fe.ema.accuracy;
+  nlohmann::json extra = out.outcome.to_json();
+  extra["lost_workers"] = out.lost_workers;
+  if (!fe.done) extra["final_eval"] = "none: the run did not complete";
+  const auto an = metrics::write_summary(job.run_dir, info, extra);
+  return metrics::format_report(an, metrics::read_jsonl(job.run_dir / "eval.jsonl"));
+}
+
+// 6. The end, point to point and bounded by cluster.dead_after_s: shards
+//    send their final slices to the eval writer and their records to rank
+//    0; the eval writer sends rank 0 the final evaluation.
+DistributedResult finish(Job& job, RoleOutcome& out) {
+  const double limit_s = job.cfg.cluster.dead_after_s + 5.0;
+  comm::SendQueue sends(job.ctrl());
+  if (job.role == Role::kShard) {
+    if (job.rank != job.eval_writer) {
+      auto h = comm::make_header(Kind::kFinal, job.rank, job.rank, out.steps);
+      h.count = static_cast<std::uint32_t>(2 * out.theta.size());
+      h.examples = out.examples;
+      h.compute_s = out.wall_s;
+      auto msg = comm::make_message(2 * out.theta.size(), h);
+      std::copy(out.theta.begin(), out.theta.end(), msg->payload());
+      std::copy(out.ema.begin(), out.ema.end(), msg->payload() + out.theta.size());
+      sends.send(std::move(msg), job.eval_writer, comm::kTagFinal);
+    }
+    if (job.rank != 0) send_text(job.steps->buffered(), 0, job.ctrl(), limit_s);
+  }
   DistributedResult result;
   result.run_dir = job.run_dir;
-  result.outcome = outcome;
-  comm::agree(job.ctrl(), [&] {
-    if (job.rank != 0) return;
-    if (!others.empty()) job.steps->append_lines(others);
-    job.steps->flush();
-    metrics::RunInfo info;
-    info.mode = job.roles.mode;
-    info.n = job.roles.n;
-    info.b = job.roles.backups;
-    info.shards = job.roles.shards;
-    info.workers = job.roles.workers;
-    info.batch = job.cfg.train.batch;
-    info.wall_s = wall_s;
-    info.examples = examples;
-    info.epochs = static_cast<double>(examples) / job.plan.train_count;
-    info.test_loss = final_eval[0];
-    info.test_acc = final_eval[1];
-    info.test_loss_ema = final_eval[2];
-    info.test_acc_ema = final_eval[3];
-    const auto an = metrics::write_summary(job.run_dir, info, outcome.to_json());
-    result.report = metrics::format_report(an, metrics::read_jsonl(job.run_dir / "eval.jsonl"));
-  });
+  result.outcome = out.outcome;
+  result.dead_ranks = out.dead_ranks;
+  result.peers = job.peers;
+  if (job.rank == job.eval_writer) {
+    // The outcome as rank 0 saw it travels with the evaluation.
+    FinalEval fe = final_evaluation(job, out, out.outcome, limit_s);
+    if (job.rank != 0) {
+      auto h = comm::make_header(Kind::kResult, job.rank, 0);
+      h.count = 4;
+      h.flags = fe.done ? 1u : 0u;
+      auto msg = comm::make_message(4, h);
+      const float v[4] = {static_cast<float>(fe.theta.loss), static_cast<float>(fe.theta.accuracy),
+                          static_cast<float>(fe.ema.loss), static_cast<float>(fe.ema.accuracy)};
+      std::copy(v, v + 4, msg->payload());
+      sends.send(std::move(msg), 0, comm::kTagResult);
+    } else {
+      result.report = write_outputs(job, out, fe, limit_s);
+    }
+  } else if (job.rank == 0) {
+    comm::RecvSlots slots;
+    slots.add(job.eval_writer, comm::kTagResult, job.ctrl(), 4);
+    slots.post(0);
+    FinalEval fe;
+    if (receive_all(slots, limit_s)) {
+      const auto& m = slots.message(0);
+      const float* v = m.payload();
+      fe = {m.header().flags != 0, {v[0], v[1]}, {v[2], v[3]}};
+    } else {
+      spdlog::error("the final evaluation did not arrive from the evaluator ({})",
+                    comm::describe_rank(job.peers, job.eval_writer));
+    }
+    result.report = write_outputs(job, out, fe, limit_s);
+  }
+  if (!sends.drain(limit_s)) spdlog::warn("end phase: some messages were not received");
   return result;
 }
 
@@ -371,13 +584,8 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
   Job job(cfg, compute);
   SYNCOPT_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &job.rank));
   SYNCOPT_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &job.world));
-  comm::agree(job.ctrl(), [&] {
-    job.roles = layout::make_roles(cfg, job.world);
-    if (cfg.run.resume && job.roles.shards > 0) {
-      throw ConfigError("run.resume = true: resuming a parameter-server run is not implemented "
-                        "yet; start a new run (run.resume = false)");
-    }
-  });
+  job.peers = comm::gather_peers(job.ctrl());
+  comm::agree(job.ctrl(), [&] { job.roles = layout::make_roles(cfg, job.world); });
   job.role = job.roles.role_of(job.rank);
   job.eval_writer = job.roles.eval_writer();
   load_inputs(job);

@@ -1,11 +1,14 @@
 // Distributed training under mpirun/srun: every rank takes its role from its
-// rank (layout/roles.hpp), runs the role's loop, and all ranks meet once at
-// the end to gather the final parameters, the records and the verdict.
+// rank (layout/roles.hpp), runs the role's loop, and the ranks that matter
+// meet point to point at the end (a collective would hang on a dead rank)
+// to gather the final parameters, the records and the verdict.
 #pragma once
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
+#include "comm/peers.hpp"
 #include "config/config.hpp"
 #include "train/compute.hpp"
 #include "train/run_dir.hpp"
@@ -14,14 +17,21 @@ namespace syncopt::train {
 
 struct DistributedResult {
   std::filesystem::path run_dir;
-  Outcome outcome;     // completed, or stopped by a signal (exit 75)
+  Outcome outcome;  // this rank's view of how the run ended (its exit code)
   std::string report;  // rank 0: the end-of-run report text
+  // Ranks this rank found dead (silent past cluster.dead_after_s), and every
+  // rank's host and pid: the caller ends stopped ones on this node and does
+  // not wait for them in MPI_Finalize.
+  std::vector<int> dead_ranks;
+  std::vector<comm::Peer> peers;
 };
 
-// Requires MPI to be initialised and a world of more than one rank. Errors
-// of the set-up and end phases are agreed on by every rank (comm/agree.hpp):
-// each rank throws AgreedError with the same exit code. An error inside a
-// role's loop is this rank's alone.
+// Requires MPI (with MPI_THREAD_MULTIPLE: heartbeats come from a thread) and
+// a world of more than one rank. Errors of the set-up phases are agreed on
+// by every rank (comm/agree.hpp): each throws AgreedError with the same exit
+// code. Afterwards a rank's error is its own; a dead peer is reported as an
+// UnavailableError (69) by the ranks that need it, and recorded in
+// summary.json by rank 0 when it survives.
 DistributedResult run_distributed(const config::Config& cfg, const Compute& compute, bool quiet);
 
 }  // namespace syncopt::train

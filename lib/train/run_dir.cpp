@@ -87,6 +87,16 @@ Outcome Outcome::stopped(int signal, std::uint64_t step) {
   return o;
 }
 
+Outcome Outcome::from_code(ExitCode code, const std::string& detail) {
+  Outcome o;
+  o.exit_code = code;
+  o.status = code == ExitCode::kOk          ? "completed"
+             : code == ExitCode::kPreempted ? "stopped"
+                                            : "failed";
+  o.detail = detail;
+  return o;
+}
+
 Outcome Outcome::failed(const Error& e) {
   Outcome o;
   o.status = "failed";

@@ -29,6 +29,8 @@ struct Outcome {
   std::string detail;  // "SIGTERM at step 120", or the error message
 
   static Outcome stopped(int signal, std::uint64_t step);
+  // The status that goes with an exit code told by another rank.
+  static Outcome from_code(ExitCode code, const std::string& detail = "");
   static Outcome failed(const Error& e);
   // The summary.json fields: status, exit_code, and stopped or error.
   nlohmann::json to_json() const;

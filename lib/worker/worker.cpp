@@ -1,11 +1,15 @@
-// The worker loop (see worker.hpp and DESIGN.md §3-§4).
+// The worker loop (see worker.hpp and DESIGN.md §3, §4, §10).
 #include "worker/worker.hpp"
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/checkpoint.hpp"
 #include "comm/protocol.hpp"
-#include "common/error.hpp"
+#include "common/signals.hpp"
 
 namespace syncopt::worker {
 
@@ -30,10 +34,18 @@ Worker::Worker(const WorkerSetup& st)
       m_params(st.param_count), m_grad(st.param_count),
       m_version(static_cast<std::size_t>(m_shards), 0),
       m_stopped(static_cast<std::size_t>(m_shards), 0), m_sends(st.data_comm) {
+  std::vector<int> shards;
   for (int s = 0; s < m_shards; ++s) {
     const auto count = st.slices[static_cast<std::size_t>(s)].count;
     m_replies.add(s, comm::kTagToWorker, st.data_comm, count);
     for (auto& box : m_outbox) box.push_back(std::make_shared<Message>(count));
+    shards.push_back(s);
+  }
+  m_watch = std::make_unique<comm::Watch>(st.live_comm, m_rank, shards, shards,
+                                          st.cfg->cluster.dead_after_s, st.clock->now());
+  if (st.resume != nullptr) {
+    m_step = st.resume->get<std::uint64_t>("step");
+    m_loader.restore(st.resume->child("loader"));
   }
 }
 
@@ -48,25 +60,50 @@ WorkerResult Worker::run() {
   return m_result;
 }
 
+void Worker::send_small(Kind kind, int shard, std::uint64_t seq) {
+  auto h = comm::make_header(kind, m_rank, shard, kind == Kind::kPull ? comm::kAnyVersion : 0);
+  h.step_seq = seq;
+  m_sends.send(comm::make_message(0, h), shard, comm::kTagToShard);
+}
+
 // The first pull: any version will do.
 void Worker::pull_any() {
   for (int s = 0; s < m_shards; ++s) m_replies.post(s);
-  for (int s = 0; s < m_shards; ++s) {
-    m_sends.send(comm::make_message(0, comm::make_header(Kind::kPull, m_rank, s, comm::kAnyVersion)),
-                 s, comm::kTagToShard);
-  }
+  for (int s = 0; s < m_shards; ++s) send_small(Kind::kPull, s, 0);
 }
 
 // One answer from every shard: new parameters or STOP. Returns false when
-// every shard has said STOP.
+// every shard has said STOP. A shard silent past cluster.dead_after_s ends
+// this worker (exit 69).
 bool Worker::receive_params() {
   const auto t_wait = Clock::now();
   int outstanding = m_shards;
+  std::optional<std::uint64_t> checkpoint_step;
   while (outstanding > 0) {
-    for (const auto& d : m_replies.wait(m_backoff)) {
+    const auto done = m_replies.test();
+    const double now = m_st.clock->now();
+    for (const int dead : m_watch->poll(now)) {
+      throw UnavailableError("worker " + std::to_string(m_st.worker) + ": shard " +
+                             std::to_string(dead) + " (" + comm::describe_rank(*m_st.peers, dead) +
+                             ") has been silent for " +
+                             std::to_string(static_cast<int>(now - m_watch->last_heard(dead))) +
+                             "s: the run cannot go on without it");
+    }
+    if (const int sig = stop_signal(); sig != 0 && !m_stop_requested) {
+      m_stop_requested = true;  // shard 0 decides the step; this worker only tells it
+      send_small(Kind::kStopRequest, 0, static_cast<std::uint64_t>(sig));
+    }
+    if (done.empty()) {
+      m_sends.progress();
+      m_backoff.idle(m_watch->time_to_next_deadline(now));
+      continue;
+    }
+    m_backoff.busy();
+    for (const auto& d : done) {
       const int s = d.slot;
       const auto& m = m_replies.message(s);
       const auto& slice = m_st.slices[static_cast<std::size_t>(s)];
+      m_watch->heard(s, now);
       const std::string err = comm::check_header(
           m.header(), {static_cast<std::uint32_t>(s), {Kind::kParams, Kind::kStop},
                        static_cast<std::uint32_t>(s), slice.count, d.bytes});
@@ -74,18 +111,35 @@ bool Worker::receive_params() {
         throw InternalError("worker " + std::to_string(m_st.worker) + " (rank " +
                             std::to_string(m_rank) + ") rejected a " + err);
       }
-      if (static_cast<Kind>(m.header().kind) == Kind::kStop) {
+      const auto& h = m.header();
+      if ((h.flags & comm::kFlagCheckpoint) != 0) checkpoint_step = h.step_seq;
+      if (static_cast<Kind>(h.kind) == Kind::kStop) {
         m_stopped[static_cast<std::size_t>(s)] = 1;
+        if (s == 0) m_result.code = static_cast<ExitCode>(h.code);
       } else {
         std::copy_n(m.payload(), slice.count,
                     m_params.begin() + static_cast<std::ptrdiff_t>(slice.offset));
-        m_version[static_cast<std::size_t>(s)] = m.header().param_version;
+        m_version[static_cast<std::size_t>(s)] = h.param_version;
       }
       --outstanding;
     }
   }
   m_result.wait_s += since(t_wait);
+  if (checkpoint_step && checkpoint_step != m_saved) save_part(*checkpoint_step);
   return !std::all_of(m_stopped.begin(), m_stopped.end(), [](char c) { return c != 0; });
+}
+
+// This worker's part of a checkpoint: where it is before computing on the
+// parameters just received.
+void Worker::save_part(std::uint64_t step) {
+  checkpoint::State s;
+  s.put("step", m_step);
+  s.put_child("loader", m_loader.state());
+  if (checkpoint::latest_step(m_st.run_dir) != step) {
+    checkpoint::write_part(m_st.run_dir, step, "worker" + std::to_string(m_st.worker), s);
+  }
+  m_saved = step;
+  send_small(Kind::kSaved, 0, step);
 }
 
 void Worker::compute() {
@@ -130,13 +184,15 @@ void Worker::push_gradient() {
   ++m_step;
 }
 
-// Tells every shard this worker is done, then drains every send.
+// Tells every shard this worker is done, then drains every send (bounded:
+// a shard that died meanwhile never takes them).
 void Worker::say_goodbye() {
-  for (int s = 0; s < m_shards; ++s) {
-    m_sends.send(comm::make_message(0, comm::make_header(Kind::kCtrl, m_rank, s)), s,
-                 comm::kTagToShard);
+  for (int s = 0; s < m_shards; ++s) send_small(Kind::kCtrl, s, 0);
+  if (!m_sends.drain(m_st.cfg->cluster.dead_after_s)) {
+    spdlog::warn("worker {}: messages to the shards not taken within {}s", m_st.worker,
+                 m_st.cfg->cluster.dead_after_s);
   }
-  m_sends.drain();
+  m_watch->stop_beating();
 }
 
 }  // namespace syncopt::worker

@@ -1,15 +1,26 @@
 // The worker in parameter-server modes: pull parameters from every shard,
 // compute a gradient on its own data shard, push the slices, repeat until
-// every shard has said STOP.
+// every shard has said STOP. It beats to the shards and watches theirs: a
+// shard silent for cluster.dead_after_s is dead, and the worker stops (69).
+// When an answer of shard 0 asks for it, the worker saves its state (step
+// counter, sampler, augmentation RNG) as its part of a checkpoint.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
 #include <vector>
 
+#include "checkpoint/state.hpp"
+#include "comm/liveness.hpp"
+#include "comm/peers.hpp"
 #include "comm/poll.hpp"
 #include "comm/requests.hpp"
+#include "common/clock.hpp"
+#include "common/error.hpp"
 #include "config/config.hpp"
 #include "data/batch.hpp"
 #include "data/dataset.hpp"
@@ -22,6 +33,7 @@ namespace syncopt::worker {
 struct WorkerSetup {
   const config::Config* cfg = nullptr;
   const layout::Roles* roles = nullptr;
+  const std::vector<comm::Peer>* peers = nullptr;
   int worker = 0;                     // 0..K-1
   std::vector<layout::Slice> slices;  // of every shard
   std::size_t param_count = 0;
@@ -29,6 +41,10 @@ struct WorkerSetup {
   const data::Dataset* train = nullptr;
   const StragglerModel* stragglers = nullptr;
   MPI_Comm data_comm = MPI_COMM_NULL;
+  MPI_Comm live_comm = MPI_COMM_NULL;
+  const RunClock* clock = nullptr;
+  std::filesystem::path run_dir;
+  const checkpoint::State* resume = nullptr;  // this worker's part, if the checkpoint has one
 };
 
 struct WorkerResult {
@@ -36,6 +52,7 @@ struct WorkerResult {
   double compute_s = 0.0;       // total time in train_step
   double delay_s = 0.0;         // total injected straggler delay
   double wait_s = 0.0;          // total time waiting for parameters
+  ExitCode code = ExitCode::kOk;  // the run's outcome as shard 0 told it
 };
 
 class Worker {
@@ -46,9 +63,11 @@ class Worker {
  private:
   void pull_any();
   bool receive_params();
+  void save_part(std::uint64_t step);
   void compute();
   void push_gradient();
   void say_goodbye();
+  void send_small(comm::Kind kind, int shard, std::uint64_t seq);
 
   const WorkerSetup& m_st;
   const int m_shards;
@@ -63,8 +82,11 @@ class Worker {
   // Two gradient buffers per shard: a send in flight never blocks the next
   // computation, and a buffer is only rewritten once its send completed.
   std::vector<comm::SharedMessage> m_outbox[2];
+  std::unique_ptr<comm::Watch> m_watch;
   comm::IdleBackoff m_backoff;
   std::uint64_t m_step = 0;
+  std::optional<std::uint64_t> m_saved;  // the last checkpoint this worker saved its part of
+  bool m_stop_requested = false;
   float m_loss = 0.0f;
   double m_compute_s = 0.0;
   WorkerResult m_result;

@@ -6,11 +6,15 @@
 #include <catch2/catch.hpp>
 
 #include <mpi.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <cstring>
 #include <vector>
 
 #include "comm/mpi.hpp"
+#include "comm/peers.hpp"
 #include "comm/protocol.hpp"
 #include "common/error.hpp"
 #include "config/config.hpp"
@@ -21,6 +25,15 @@
 using namespace syncopt;
 
 namespace {
+
+// A fresh directory for the shard's checkpoints (rank 0's pid in the name).
+std::filesystem::path scratch_dir() {
+  int pid = static_cast<int>(::getpid());
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  auto dir = std::filesystem::temp_directory_path() / ("syncopt-shard-test-" + std::to_string(pid));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 // Runs the shard on rank 0 against one message `make` builds on rank 1.
 // Returns (on rank 0) the error text, empty if none was thrown.
@@ -35,7 +48,9 @@ std::string shard_error_for(void (*make)(comm::Message&, std::size_t)) {
   const layout::Plan plan = layout::make_plan(cfg, roles, 100);
   const RunClock clock;
   const std::size_t count = 10;
-  comm::Communicator data, ctrl;
+  comm::Communicator data, ctrl, live;
+  const auto peers = comm::gather_peers(MPI_COMM_WORLD);
+  const auto run_dir = scratch_dir();
   std::string error;
   if (rank == 0) {
     std::vector<float> init(count, 1.0f);
@@ -48,6 +63,9 @@ std::string shard_error_for(void (*make)(comm::Message&, std::size_t)) {
     st.plan = &plan;
     st.data_comm = data.get();
     st.ctrl_comm = ctrl.get();
+    st.live_comm = live.get();
+    st.peers = &peers;
+    st.run_dir = run_dir;
     st.clock = &clock;
     auto log = metrics::StepLog::in_memory();
     st.steps_log = &log;

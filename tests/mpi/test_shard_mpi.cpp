@@ -11,12 +11,16 @@
 #include <catch2/catch.hpp>
 
 #include <mpi.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <set>
 #include <sstream>
 #include <vector>
 
 #include "comm/mpi.hpp"
+#include "comm/peers.hpp"
 #include "comm/protocol.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
@@ -29,6 +33,15 @@ using namespace syncopt;
 using comm::Kind;
 
 namespace {
+
+// A fresh directory for the shard's checkpoints (rank 0's pid in the name).
+std::filesystem::path scratch_dir() {
+  int pid = static_cast<int>(::getpid());
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  auto dir = std::filesystem::temp_directory_path() / ("syncopt-shard-test-" + std::to_string(pid));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 constexpr std::size_t kCount = 6;
 constexpr int kSteps = 40;
@@ -131,7 +144,9 @@ TEST_CASE("sync accepts exactly N fresh gradients; a late worker is dropped at e
   cfg.optim.ema = 0.0;
   const layout::Roles roles = layout::make_roles(cfg, world);
   const layout::Plan plan = layout::make_plan(cfg, roles, 1000);
-  comm::Communicator data, ctrl, side;
+  comm::Communicator data, ctrl, side, live;
+  const auto peers = comm::gather_peers(MPI_COMM_WORLD);
+  const auto run_dir = scratch_dir();
   bool ok = true;
   std::string why;
   if (rank == 0) {
@@ -146,6 +161,9 @@ TEST_CASE("sync accepts exactly N fresh gradients; a late worker is dropped at e
     st.initial = init.data();
     st.data_comm = data.get();
     st.ctrl_comm = ctrl.get();
+    st.live_comm = live.get();
+    st.peers = &peers;
+    st.run_dir = run_dir;
     st.clock = &clock;
     st.steps_log = &log;
     ps::Shard shard(st);
