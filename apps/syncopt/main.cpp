@@ -3,6 +3,7 @@
 // errors into one message and a documented exit code lives here.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/checkpoint.hpp"
 #include "comm/mpi.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -220,6 +222,46 @@ int run_report(const std::string& dir) {
   return 0;
 }
 
+// Counts the non-finite values of every float field below `s`.
+std::size_t non_finite(const syncopt::checkpoint::State& s) {
+  std::size_t bad = 0;
+  for (const auto& name : s.names()) {
+    const std::string kind = s.kind_of(name);
+    if (kind == "float array") {
+      for (const float x : s.get<std::vector<float>>(name)) bad += std::isfinite(x) ? 0 : 1;
+    } else if (kind == "f64") {
+      bad += std::isfinite(s.get<double>(name)) ? 0 : 1;
+    } else if (kind == "child state") {
+      bad += non_finite(s.child(name));
+    }
+  }
+  return bad;
+}
+
+// `syncopt checkpoints RUN_DIR`: what is saved, and whether the latest loads.
+int run_checkpoints(const std::string& dir) {
+  using namespace syncopt;
+  const auto steps = checkpoint::committed_steps(dir);
+  const auto latest = checkpoint::latest_step(dir);
+  std::printf("%s: %zu committed checkpoint(s)", dir.c_str(), steps.size());
+  for (const auto s : steps) std::printf(" %llu", static_cast<unsigned long long>(s));
+  std::printf("\n");
+  const checkpoint::Checkpoint ck = checkpoint::load_latest(dir);  // 66 none, 65 corrupt
+  std::size_t bad = 0, nbytes = 0;
+  for (const auto& [part, state] : ck.parts) bad += non_finite(state);
+  for (const auto& f : ck.manifest.files) nbytes += f.nbytes;
+  std::printf("latest: step %llu, %zu parts, %zu bytes, created %s; sizes and CRC-32 verified\n",
+              static_cast<unsigned long long>(*latest), ck.parts.size(), nbytes,
+              ck.manifest.created_utc.c_str());
+  for (const auto& [part, state] : ck.parts) std::printf("  %s\n", part.c_str());
+  if (bad > 0) {
+    throw DataError(dir + ": the latest checkpoint holds " + std::to_string(bad) +
+                    " non-finite values");
+  }
+  std::printf("every saved float is finite\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -254,6 +296,13 @@ int main(int argc, char** argv) {
       "keys", "Print the reference of every config key: type, default, allowed values, meaning "
               "(the same as the end of 'syncopt train --help'; configs/README.md holds a copy).");
 
+  std::string ckpt_dir;
+  auto* ckpts = app.add_subcommand(
+      "checkpoints", "List a run's checkpoints and verify the latest: every part's size and "
+                     "CRC-32 against its manifest, and every saved float finite (65 if not, "
+                     "66 if there is none).");
+  ckpts->add_option("run_dir", ckpt_dir, "A run directory, e.g. runs/fmnist-sync")->required();
+
   std::string report_dir;
   auto* report = app.add_subcommand(
       "report", "Print what a finished run's records say: steps/s, step-time percentiles, time "
@@ -281,6 +330,7 @@ int main(int argc, char** argv) {
     if (train->parsed()) code = run_train(targs, mpi);
     if (report->parsed() && mpi.rank() == 0) code = run_report(report_dir);
     if (keys->parsed() && mpi.rank() == 0) std::printf("%s", config::key_reference().c_str());
+    if (ckpts->parsed() && mpi.rank() == 0) code = run_checkpoints(ckpt_dir);
   } catch (const AgreedError& e) {
     // Every rank knows of this error and ends cleanly; only the rank(s)
     // where it happened say why.

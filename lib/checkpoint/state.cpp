@@ -186,6 +186,13 @@ const State::Field& State::find(std::string_view name, std::size_t kind) const {
   throw DataError(field_error(name, "missing"));
 }
 
+std::string State::kind_of(std::string_view name) const {
+  for (const auto& f : m_fields) {
+    if (f.name == name) return kKindNames[f.value.index()];
+  }
+  throw DataError(field_error(name, "missing"));
+}
+
 template <StateValue T>
 const T& State::get(std::string_view name) const {
   return std::get<T>(find(name, kind_index<T>()).value);

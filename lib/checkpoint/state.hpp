@@ -59,6 +59,9 @@ class State {
   const State& child(std::string_view name) const;
 
   bool has(std::string_view name) const;
+  // The kind of field `name`: "u64", "i64", "f64", "string", "float array",
+  // "u64 array", "i64 array" or "child state" (DataError if missing).
+  std::string kind_of(std::string_view name) const;
   std::vector<std::string> names() const;  // in insertion order
   std::size_t size() const;
   const std::string& path() const { return m_path; }

@@ -1,36 +1,63 @@
 // Stop-signal flag (see signals.hpp).
+//
+// The stop signals are blocked in every thread, and one thread of ours
+// takes them with sigwait(). No handler ever interrupts a thread: an
+// asynchronous handler running on a compute thread's stack was seen to
+// corrupt the heap of oneDNN convolutions now and then (a JIT kernel that
+// keeps data below its stack pointer would be overwritten by the signal
+// frame), so none is installed.
 #include "common/signals.hpp"
 
+#include <pthread.h>
 #include <signal.h>
-
-#include <csignal>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
 
 namespace syncopt {
 
 namespace {
 
 std::atomic<int> g_signal{0};
-static_assert(std::atomic<int>::is_always_lock_free, "a signal handler needs a lock-free flag");
 
-extern "C" void on_stop_signal(int sig) {
-  int expected = 0;
-  if (!g_signal.compare_exchange_strong(expected, sig) && sig == SIGINT) {
-    // A second Ctrl-C: the user wants out now.
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
+sigset_t stop_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+void wait_for_signals() {
+  const sigset_t set = stop_set();
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    int expected = 0;
+    if (!g_signal.compare_exchange_strong(expected, sig) && sig == SIGINT) {
+      // A second Ctrl-C: the user wants out now.
+      std::fprintf(stderr, "\nsyncopt: second SIGINT, exiting at once\n");
+      std::_Exit(130);
+    }
   }
 }
 
 }  // namespace
 
 void install_stop_handlers() {
-  struct sigaction sa = {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // MPI and file calls are not interrupted by the flag
-  for (const int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Before any other thread exists (MPI's, OpenMP's, ours), so that all
+    // of them inherit the mask.
+    const sigset_t set = stop_set();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::thread(wait_for_signals).detach();
+  });
 }
 
 int stop_signal() { return g_signal.load(std::memory_order_relaxed); }

@@ -1,14 +1,15 @@
 // Stop signals (DESIGN.md §10): SIGTERM, SIGUSR1 and SIGINT only set a flag;
 // the trainers look at it at step boundaries, agree to stop, save a
-// checkpoint and exit 75 (EX_TEMPFAIL: "requeue me"). A second SIGINT
-// restores the default action, so an impatient Ctrl-C still ends the process.
+// checkpoint and exit 75 (EX_TEMPFAIL: "requeue me"). A second SIGINT ends
+// the process at once (130), for an impatient Ctrl-C.
 #pragma once
 
 #include <string>
 
 namespace syncopt {
 
-// Installs the handlers (idempotent). Call once, early, on every rank.
+// Blocks the stop signals and starts the thread that takes them
+// (idempotent). Call first thing in main, before any other thread starts.
 void install_stop_handlers();
 // The stop signal received so far (the first one), or 0.
 int stop_signal();

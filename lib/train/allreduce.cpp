@@ -38,7 +38,7 @@ class AllreduceTrainer {
 
  private:
   void resume();
-  void step(std::uint64_t k);
+  bool step(std::uint64_t k);  // false: diverged
   void exchange(const Report& mine);
   void record(std::uint64_t k, double t_start, float lr);
   void save_checkpoint(std::uint64_t k);
@@ -54,6 +54,7 @@ class AllreduceTrainer {
   double m_last_checkpoint_s = 0.0;
   std::vector<Report> m_all;
   std::vector<float> m_theta, m_ema;  // rank 0: host copies for evaluation
+  std::string m_diverged;
 };
 
 AllreduceTrainer::AllreduceTrainer(const AllreduceSetup& st)
@@ -71,7 +72,10 @@ AllreduceResult AllreduceTrainer::run() {
   if (m_cfg.run.resume) resume();
   AllreduceResult out;
   for (std::uint64_t k = m_step + 1; k <= m_st.plan->total_steps; ++k) {
-    step(k);
+    if (!step(k)) {
+      out.diverged = m_diverged;
+      break;
+    }
     const auto stop = std::max_element(m_all.begin(), m_all.end(), [](const Report& a, const Report& b) {
       return a.stop_signal < b.stop_signal;
     })->stop_signal;
@@ -85,7 +89,7 @@ AllreduceResult AllreduceTrainer::run() {
                           k % static_cast<std::uint64_t>(m_cfg.run.checkpoint_every_steps) == 0;
     if (!last && (by_steps || m_all[0].checkpoint_due != 0.0)) save_checkpoint(k);
   }
-  if (out.stop_signal == 0 && m_step == m_st.plan->total_steps &&
+  if (out.stop_signal == 0 && out.diverged.empty() && m_step == m_st.plan->total_steps &&
       checkpoint::latest_step(m_st.run_dir) != m_step) {
     save_checkpoint(m_step);
   }
@@ -100,7 +104,7 @@ AllreduceResult AllreduceTrainer::run() {
   return out;
 }
 
-void AllreduceTrainer::step(std::uint64_t k) {
+bool AllreduceTrainer::step(std::uint64_t k) {
   const RunClock& clock = *m_st.clock;
   const double t_start = clock.now();
   m_loader.next();
@@ -114,11 +118,12 @@ void AllreduceTrainer::step(std::uint64_t k) {
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch));
   // Every rank holds the same reduced gradient, so every rank decides alike.
   if (!m_st.replica->gradient_finite()) {
-    throw Error(ExitCode::kInternal,
-                "training diverged: the mean gradient of step " + std::to_string(k) +
-                    " is not finite (lr " + std::to_string(lr) +
-                    "); nothing non-finite was saved, the last checkpoint is kept. Lower "
-                    "optim.lr or use a warmup schedule");
+    m_diverged = "training diverged: the mean gradient of step " + std::to_string(k) +
+                 " is not finite (lr " + std::to_string(lr) +
+                 "); nothing non-finite was saved, the last checkpoint is kept. Lower optim.lr "
+                 "or use a warmup schedule";
+    if (m_st.rank == 0) spdlog::error("{}", m_diverged);
+    return false;
   }
   m_st.replica->apply(lr);
   m_examples += static_cast<std::uint64_t>(m_st.plan->examples_per_update);
@@ -130,6 +135,7 @@ void AllreduceTrainer::step(std::uint64_t k) {
                             : 0.0;
   exchange(mine);
   if (m_st.rank == 0) record(k, t_start, lr);
+  return true;
 }
 
 void AllreduceTrainer::exchange(const Report& mine) {

@@ -48,6 +48,9 @@ struct AllreduceResult {
   std::uint64_t steps = 0;
   std::uint64_t examples = 0;
   int stop_signal = 0;  // the signal the ranks stopped on, or 0
+  // Divergence, which every rank sees at the same step (they hold the same
+  // mean gradient): exit 70, nothing non-finite saved.
+  std::string diverged;
 };
 
 // Trains from the latest checkpoint when run.resume (every rank reads its

@@ -345,6 +345,7 @@ RoleOutcome run_allreduce_role(Job& job, metrics::Progress& progress) {
   out.wall_s = job.clock.now();
   out.steps = r.steps;
   if (r.stop_signal != 0) out.outcome = Outcome::stopped(r.stop_signal, r.steps);
+  if (!r.diverged.empty()) out.outcome = Outcome::from_code(ExitCode::kInternal, r.diverged);
   return out;
 }
 

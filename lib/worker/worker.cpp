@@ -126,15 +126,30 @@ bool Worker::receive_params() {
   }
   m_result.wait_s += since(t_wait);
   if (checkpoint_step && checkpoint_step != m_saved) save_part(*checkpoint_step);
-  return !std::all_of(m_stopped.begin(), m_stopped.end(), [](char c) { return c != 0; });
+  const bool more = !std::all_of(m_stopped.begin(), m_stopped.end(), [](char c) { return c != 0; });
+  if (more) snapshot();
+  return more;
 }
 
-// This worker's part of a checkpoint: where it is before computing on the
-// parameters just received.
+// Where this worker is before computing on the parameters just received,
+// kept until the next ones: a checkpoint of the version they hold is a
+// cut before this compute.
+void Worker::snapshot() {
+  m_snap = checkpoint::State();
+  m_snap.put("step", m_step);
+  m_snap.put_child("loader", m_loader.state());
+  m_snap_version = m_version[0];
+}
+
+// This worker's part of checkpoint `step` (shard 0's version). If the
+// parameters of that version already came (unflagged, before the checkpoint
+// was decided) and were computed on, the gradient was not applied, so the
+// part is the state from before that compute; else it is the state now.
 void Worker::save_part(std::uint64_t step) {
-  checkpoint::State s;
-  s.put("step", m_step);
-  s.put_child("loader", m_loader.state());
+  checkpoint::State now;
+  now.put("step", m_step);
+  now.put_child("loader", m_loader.state());
+  const checkpoint::State& s = m_snap_version == step && m_snap.size() > 0 ? m_snap : now;
   if (checkpoint::latest_step(m_st.run_dir) != step) {
     checkpoint::write_part(m_st.run_dir, step, "worker" + std::to_string(m_st.worker), s);
   }

@@ -64,6 +64,7 @@ class Worker {
   void pull_any();
   bool receive_params();
   void save_part(std::uint64_t step);
+  void snapshot();
   void compute();
   void push_gradient();
   void say_goodbye();
@@ -86,6 +87,8 @@ class Worker {
   comm::IdleBackoff m_backoff;
   std::uint64_t m_step = 0;
   std::optional<std::uint64_t> m_saved;  // the last checkpoint this worker saved its part of
+  checkpoint::State m_snap;              // the state before the current compute
+  std::uint64_t m_snap_version = 0;      // shard 0's version it computes on
   bool m_stop_requested = false;
   float m_loss = 0.0f;
   double m_compute_s = 0.0;
