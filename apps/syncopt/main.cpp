@@ -25,6 +25,7 @@
 #include "train/local.hpp"
 #include "layout/roles.hpp"
 #include "platform.hpp"
+#include "sim/run.hpp"
 
 namespace {
 
@@ -157,6 +158,72 @@ int run_report(const std::string& dir) {
   return 0;
 }
 
+// ---------------------------------------------------------------- simulate
+
+struct SimulateArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string from;
+  bool quiet = false;
+};
+
+CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
+  auto* cmd = app.add_subcommand(
+      "simulate",
+      "Simulate a config's cluster in simulated time, no MPI and no training: K = sim.workers "
+      "workers and S = cluster.ps shards run the real protocol (pull, compute, push; sync drops "
+      "the late gradients beyond the first N = K - train.backups; async, softsync, ssp, timeout "
+      "likewise), every decision taken by the same shard logic as a real run, with the same "
+      "seeded [stragglers]. Compute time: sim.compute_ms with spread sim.compute_cv, or the "
+      "measured times of a real run (--from). Network: sim.latency_us per message and "
+      "sim.bandwidth_gbps per link; a shard sends its replies one after another, so answering "
+      "K workers costs K * message size / bandwidth. Writes runs/<run.name>/ (config.toml, "
+      "steps.jsonl, summary.json, times in simulated seconds, marked \"clock\": "
+      "\"simulated\"), which `syncopt report` and scripts/plot.py read like a real run. "
+      "Thousands of workers take seconds.");
+  cmd->add_option("config", args.config_path, "TOML experiment file, e.g. configs/sim-k100.toml")
+      ->required();
+  cmd->add_option("--set", args.overrides,
+                  "Override one key, section.key=value (repeatable), e.g. --set sim.workers=1000 "
+                  "--set train.backups=4")
+      ->type_name("KEY=VALUE");
+  cmd->add_option("--from", args.from,
+                  "A real run directory (runs/<name>) to fit the timing to: each worker's "
+                  "measured compute times, its overhead per gradient (arrival - answer - compute "
+                  "- straggler delay - network), and the shard's apply times are replayed as "
+                  "empirical distributions")
+      ->type_name("RUN_DIR");
+  cmd->add_flag("-q,--quiet", args.quiet, "Print only the run directory");
+  cmd->footer("Example: validate the model against a real run, then scale it up:\n"
+              "  mpirun -np 6 build/syncopt train CONFIG --set run.name=real\n"
+              "  build/syncopt simulate CONFIG --from runs/real --set sim.workers=5 "
+              "--set run.name=sim\n"
+              "  build/syncopt simulate CONFIG --from runs/real --set sim.workers=1000 "
+              "--set run.name=sim-1000\n" +
+              std::string(kExitCodes));
+  return cmd;
+}
+
+int run_simulate(const SimulateArgs& args) {
+  using namespace syncopt;
+  const config::Config cfg = config::load(args.config_path, args.overrides);
+  sim::SimulateOptions opt;
+  opt.param_count = nn::param_layout(dry_run_spec(cfg)).count;
+  if (!args.from.empty()) opt.from = args.from;
+  const sim::SimulateOutcome out = sim::simulate_run(cfg, opt);
+  if (!args.quiet) {
+    std::printf("simulated %llu updates (%.3f s simulated) of %d workers in %.2f s: %llu events\n",
+                static_cast<unsigned long long>(out.result.steps), out.result.end_s,
+                static_cast<int>(cfg.sim.workers), out.cpu_s,
+                static_cast<unsigned long long>(out.result.events));
+    std::printf("%s", out.report.c_str());
+  }
+  std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
+              out.run_dir.string().c_str(), out.run_dir.string().c_str(),
+              out.run_dir.string().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,6 +260,9 @@ int main(int argc, char** argv) {
                 "to the k-th gradient, drops per worker, staleness, accuracy of theta and EMA.");
   report->add_option("run_dir", report_dir, "A run directory, e.g. runs/fmnist-sync")->required();
 
+  SimulateArgs sargs;
+  auto* simulate = add_simulate_command(app, sargs);
+
   // MPI first: every mode runs under mpirun and the logger carries the rank.
   int code = 0;
   comm::MpiSession mpi(&argc, &argv);
@@ -211,6 +281,7 @@ int main(int argc, char** argv) {
     }
     if (train->parsed()) code = run_train(targs, mpi);
     if (report->parsed() && mpi.rank() == 0) code = run_report(report_dir);
+    if (simulate->parsed() && mpi.rank() == 0) code = run_simulate(sargs);
   } catch (const AgreedError& e) {
     // Every rank knows of this error and ends cleanly; only the rank(s)
     // where it happened say why.
