@@ -35,10 +35,13 @@ double poll_wait(const std::vector<double>& marks, double seen, double poll_max_
 }
 
 // One worker's (compute, overhead) pairs, from its arrivals sorted by seq.
+// Ids of rounds: (version sent, moment answered) -> a number.
+using Rounds = std::map<std::pair<std::uint64_t, double>, std::uint64_t>;
+
 void add_pairs(int worker, const std::vector<Arrival>& arrivals,
                const std::map<std::uint64_t, double>& start_of,
                const worker::StragglerModel& stragglers, double floor_s,
-               const std::vector<double>& marks, double poll_max_s, Recorded& out) {
+               const std::vector<double>& marks, double poll_max_s, Rounds& rounds, Recorded& out) {
   for (std::size_t i = 1; i < arrivals.size(); ++i) {
     const Arrival& prev = arrivals[i - 1];
     const Arrival& cur = arrivals[i];
@@ -50,7 +53,10 @@ void add_pairs(int worker, const std::vector<Arrival>& arrivals,
     const double wait = poll_wait(marks, cur.at, poll_max_s);
     const double overhead =
         std::max(0.0, cur.at - answered - cur.compute_s - delay - floor_s - wait);
-    out.add(worker, cur.version, {cur.compute_s, overhead});
+    // Answered at the same moment with the same version: one pass's group
+    // (the stamps are the same doubles, so they compare equal).
+    const auto round = rounds.try_emplace({cur.version, answered}, rounds.size()).first->second;
+    out.add(worker, round, {cur.compute_s, overhead});
   }
 }
 
@@ -105,10 +111,11 @@ Fit fit_run(const std::filesystem::path& run_dir, const TimingModel& base,
   const Network net(network, 1);
   fit.floor_s = 2.0 * network.latency_s + 2.0 * net.wire_s(message_bytes(slice));
   std::sort(marks.begin(), marks.end());
+  Rounds rounds;
   for (auto& [w, arrivals] : by_worker) {
     std::sort(arrivals.begin(), arrivals.end(),
               [](const Arrival& a, const Arrival& b) { return a.seq < b.seq; });
-    add_pairs(w, arrivals, start_of, stragglers, fit.floor_s, marks, poll_max_s,
+    add_pairs(w, arrivals, start_of, stragglers, fit.floor_s, marks, poll_max_s, rounds,
               fit.timing.recorded);
   }
   fit.timing.recorded.finish();

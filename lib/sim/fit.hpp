@@ -19,8 +19,9 @@
 //             an oversubscribed node);
 //   apply     every update's t_apply - (t_start + max(0, its last accepted
 //             arrival)).
-// The pairs are replayed step by step (timing.hpp's Recorded), so that what
-// the workers of one recorded step shared stays shared.
+// The pairs are replayed round by round (timing.hpp's Recorded; a round is
+// the workers answered at the same R with the same version), so that what
+// the workers of one recorded pass shared stays shared.
 // Simulated worker w replays recorded worker w mod K_recorded.
 #pragma once
 

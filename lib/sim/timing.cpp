@@ -17,7 +17,7 @@ constexpr double kPi = 3.14159265358979323846;
 constexpr std::uint64_t kStreamCompute = 16;  // 16.. : compute-time draws
 constexpr std::uint64_t kStreamPick = 64;     // picking an empirical sample
 constexpr std::uint64_t kStreamApply = 66;
-constexpr std::uint64_t kStreamRound = 67;  // choosing the recorded step to replay
+constexpr std::uint64_t kStreamRound = 67;  // choosing the recorded round to replay
 constexpr std::uint64_t kProbes = 8;        // recorded steps tried before any pair will do
 constexpr std::uint64_t kShardSalt = 0x5348415244ULL;  // apply draws: shard ids apart from workers
 
@@ -72,13 +72,13 @@ double draw(const std::string& dist, double mean, double cv, std::uint64_t seed,
   throw ConfigError("sim.compute_dist = \"" + dist + "\": must be lognormal or gamma");
 }
 
-void Recorded::add(int worker, std::uint64_t version, const Sample& s) {
+void Recorded::add(int worker, std::uint64_t round, const Sample& s) {
   const auto w = static_cast<std::size_t>(worker);
   if (per_worker.size() <= w) {
     per_worker.resize(w + 1);
-    at_version.resize(w + 1);
+    at_round.resize(w + 1);
   }
-  at_version[w][version] = static_cast<std::uint32_t>(per_worker[w].size());
+  at_round[w][round] = static_cast<std::uint32_t>(per_worker[w].size());
   per_worker[w].push_back(s);
 }
 
@@ -87,17 +87,17 @@ void Recorded::finish() {
   for (std::size_t w = per_worker.size(); w-- > 0;) {
     if (!per_worker[w].empty()) continue;
     per_worker.erase(per_worker.begin() + static_cast<std::ptrdiff_t>(w));
-    at_version.erase(at_version.begin() + static_cast<std::ptrdiff_t>(w));
+    at_round.erase(at_round.begin() + static_cast<std::ptrdiff_t>(w));
   }
   std::map<std::uint64_t, std::size_t> readers;
-  for (const auto& m : at_version) {
+  for (const auto& m : at_round) {
     for (const auto& kv : m) ++readers[kv.first];
   }
-  versions.clear();
+  rounds.clear();
   by_group.assign(per_worker.size() + 1, {});
-  for (const auto& [v, n] : readers) {
-    versions.push_back(v);
-    by_group[n].push_back(v);
+  for (const auto& [id, n] : readers) {
+    rounds.push_back(id);
+    by_group[n].push_back(id);
   }
 }
 
@@ -117,14 +117,14 @@ const Sample& Recorded::draw(int worker, std::uint64_t round, int group, int wor
   const auto g = static_cast<std::size_t>(std::clamp<long>(
       std::lround(static_cast<double>(group) * static_cast<double>(k) / std::max(1, workers)), 1,
       static_cast<long>(k)));
-  // Every worker of a cohort probes the same steps in the same order: first
-  // among the steps of as many readers, then among all.
-  for (const auto* list : {&by_group[g], &versions}) {
+  // Every worker of a cohort probes the same rounds in the same order: first
+  // among the rounds of as many workers, then among all.
+  for (const auto* list : {&by_group[g], &rounds}) {
     if (list->empty()) continue;
     for (std::uint64_t probe = 0; probe < kProbes; ++probe) {
       const double u = uniform(seed, (w / k) * kProbes + probe, round, kStreamRound);
-      const std::uint64_t step = (*list)[index_of(u, list->size())];
-      if (const auto it = at_version[r].find(step); it != at_version[r].end()) {
+      const std::uint64_t id = (*list)[index_of(u, list->size())];
+      if (const auto it = at_round[r].find(id); it != at_round[r].end()) {
         return per_worker[r][it->second];
       }
     }

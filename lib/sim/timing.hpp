@@ -22,17 +22,18 @@
 namespace syncopt::sim {
 
 // A real run's gradients as (compute, overhead) pairs, per recorded worker,
-// also indexed by the version each was computed on. The workers that read
-// one version were answered in one pass of the shard loop: a group. A draw
-// for simulated worker w, reading version v in a group of g workers (of K),
-// replays the pair of recorded worker r = w mod K_rec from a recorded step:
-// the first, in a sequence hashed from (v, w / K_rec), that r took part in
-// and that had g' = clamp(round(g K_rec / K), 1, K_rec) readers; failing
-// that, the first that r took part in; failing that, any pair of r's. So the
+// also indexed by their round: the moment the shard answered the pull each
+// was computed after, and the version it sent. The workers of one round were
+// answered in one pass of the shard loop: a group. A draw for simulated
+// worker w, answered in a group of g workers (of K) with version v, replays
+// the pair of recorded worker r = w mod K_rec from a recorded round: the
+// first, in a sequence hashed from (v, w / K_rec), that r took part in and
+// that had g' = clamp(round(g K_rec / K), 1, K_rec) workers; failing that,
+// the first that r took part in; failing that, any pair of r's. So the
 // workers of a simulated group replay one recorded group of the same size:
-// what its workers shared (a slow reply, a busy node, running in a convoy
-// since they were answered together) stays shared, while cohorts of K_rec
-// and versions are independent.
+// what its workers shared (a slow reply, a busy node, a straggler computing
+// next to them, running in a convoy since they were answered together)
+// stays shared, while cohorts of K_rec and versions are independent.
 struct Sample {
   double compute_s = 0.0;
   double overhead_s = 0.0;
@@ -40,13 +41,14 @@ struct Sample {
 
 struct Recorded {
   std::vector<std::vector<Sample>> per_worker;
-  std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> at_version;  // into per_worker
-  std::vector<std::uint64_t> versions;  // recorded versions, each with at least one pair
-  std::vector<std::vector<std::uint64_t>> by_group;  // [g]: the versions with g pairs
+  std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> at_round;  // into per_worker
+  std::vector<std::uint64_t> rounds;                 // recorded rounds (ids), each with a pair
+  std::vector<std::vector<std::uint64_t>> by_group;  // [g]: the rounds with g pairs
   bool empty() const { return per_worker.empty(); }
-  // Appends the pair of recorded worker `worker`'s gradient computed on
-  // `version`; finish() once every pair is in, before the first draw.
-  void add(int worker, std::uint64_t version, const Sample& s);
+  // Appends the pair of recorded worker `worker`'s gradient of round
+  // `round` (any id that names it); finish() once every pair is in, before
+  // the first draw.
+  void add(int worker, std::uint64_t round, const Sample& s);
   void finish();
   // `group` of `workers` simulated workers read version `round`.
   const Sample& draw(int worker, std::uint64_t round, int group, int workers, std::uint64_t seq,
