@@ -198,6 +198,37 @@ TEST_CASE("timeout: an update is applied timeout_s after the first fresh gradien
   }
 }
 
+TEST_CASE("stragglers: gradient s of worker w waits the model's delay_s(w, s, c)", "[sim]") {
+  // Async, two workers, no network, no apply time: worker w's gradient s
+  // arrives at sum over i <= s of (c_w + delay_s(w, i, c_w)).
+  syncopt::config::StragglerConfig sc;
+  sc.model = "exponential";
+  sc.mean_ms = 7.0;
+  sc.seed = 9;
+  const syncopt::worker::StragglerModel stragglers(sc);
+  sim::SimSetup st;
+  st.mode = Mode::kAsync;
+  st.workers = 2;
+  st.n = 1;
+  st.slice_counts = {10};
+  st.total_steps = 60;
+  const std::vector<double> c = {0.003, 0.005};
+  st.timing = fixed_compute(c, 0.0);
+  st.stragglers = &stragglers;
+  std::vector<double> at(2, 0.0);
+  std::vector<std::uint64_t> next(2, 0);
+  for (const auto& r : run(st)) {
+    REQUIRE(r.grads.size() == 1);
+    const auto& g = r.grads[0];
+    const auto w = static_cast<std::size_t>(g.worker);
+    REQUIRE(g.seq == next[w]);
+    at[w] += c[w] + stragglers.delay_s(g.worker, g.seq, c[w]);
+    CHECK(r.t_start + g.arrival_s == Approx(at[w]).margin(kEps));
+    ++next[w];
+  }
+  CHECK(next[0] + next[1] == 60);
+}
+
 TEST_CASE("ssp: no worker gets more than ssp_bound + 1 gradients ahead of the slowest", "[sim]") {
   syncopt::config::StragglerConfig sc;
   sc.model = "fixed";
@@ -289,7 +320,13 @@ TEST_CASE("network: a link carries one message at a time", "[sim]") {
 }
 
 TEST_CASE("poll: the idle loop's sleeps grow to the cap", "[sim]") {
+  // Sleeps 40, 80, 160, 320, then 500 us: tests at 40, 120, 280, 600, 1100 us.
   CHECK(sim::sleep_at(0.0, 500e-6) == 0.0);
+  CHECK(sim::sleep_at(1e-6, 500e-6) == Approx(40e-6));
+  CHECK(sim::sleep_at(40e-6, 500e-6) == Approx(40e-6));
+  CHECK(sim::sleep_at(41e-6, 500e-6) == Approx(80e-6));
+  CHECK(sim::sleep_at(121e-6, 500e-6) == Approx(160e-6));
+  CHECK(sim::sleep_at(601e-6, 500e-6) == Approx(500e-6));
   CHECK(sim::sleep_at(30e-6, 500e-6) == Approx(40e-6));
   CHECK(sim::sleep_at(100e-6, 500e-6) == Approx(80e-6));
   CHECK(sim::sleep_at(250e-6, 500e-6) == Approx(160e-6));
