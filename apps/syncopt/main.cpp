@@ -196,17 +196,21 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
       ->type_name("KEY=VALUE");
   cmd->add_option("--from", args.from,
                   "A real run directory (runs/<name>) to fit the timing to: each worker's "
-                  "measured compute times, its overhead per gradient (arrival - answer - compute "
-                  "- straggler delay - network), and the shard's apply times are replayed as "
-                  "empirical distributions")
+                  "measured compute time and overhead per gradient (arrival - answer - compute - "
+                  "straggler delay - network - the shard's expected poll wait) are replayed "
+                  "round by round (workers answered together replay one recorded pass), the "
+                  "shard's apply times drawn from the run's")
       ->type_name("RUN_DIR");
   cmd->add_flag("-q,--quiet", args.quiet, "Print only the run directory");
-  cmd->footer("Example: validate the model against a real run, then scale it up:\n"
+  cmd->footer("The [sim] keys are listed by `syncopt train --help` and in configs/README.md.\n"
+              "Example: check the model against a real run (its ranks share a node: no "
+              "network of its own), then scale it up:\n"
               "  mpirun -np 6 build/syncopt train CONFIG --set run.name=real\n"
-              "  build/syncopt simulate CONFIG --from runs/real --set sim.workers=5 "
-              "--set run.name=sim\n"
-              "  build/syncopt simulate CONFIG --from runs/real --set sim.workers=1000 "
-              "--set run.name=sim-1000\n" +
+              "  build/syncopt simulate runs/real/config.toml --from runs/real "
+              "--set run.name=sim --set sim.workers=5 --set sim.latency_us=0 "
+              "--set sim.bandwidth_gbps=0\n"
+              "  build/syncopt simulate runs/real/config.toml --from runs/real "
+              "--set run.name=sim-1000 --set sim.workers=1000\n" +
               std::string(kExitCodes));
   return cmd;
 }
