@@ -1,271 +1,24 @@
-// syncopt: one SPMD binary. Parses the command line, initialises MPI, sets up
-// logging, and hands over to the role's loop. The single try/catch that turns
+// syncopt: one SPMD binary. Parses the command line, initialises MPI and
+// hands over to a subcommand (commands.hpp). The single try/catch that turns
 // errors into one message and a documented exit code lives here.
-#include <unistd.h>
-
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <string>
-#include <vector>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
-#include "checkpoint/checkpoint.hpp"
 #include "comm/mpi.hpp"
+#include "commands.hpp"
 #include "common/error.hpp"
-#include "common/log.hpp"
 #include "common/signals.hpp"
 #include "config/config.hpp"
-#include "metrics/analysis.hpp"
-#include "comm/agree.hpp"
-#include "nn/model.hpp"
-#include "train/distributed.hpp"
-#include "train/local.hpp"
-#include "layout/roles.hpp"
-#include "platform.hpp"
 
-namespace {
-
-// The build, as ranks compare it (check_same_job).
-const std::string kBuildId = std::string("syncopt ") + SYNCOPT_VERSION + " built " + __DATE__ + " " + __TIME__;
-
-constexpr const char* kExitCodes =
-    "Exit codes: 0 success, 64 command-line usage, 65 malformed input data or a corrupt "
-    "checkpoint, 66 missing input file or nothing to resume, 69 the run cannot go on (too few "
-    "live workers, a dead shard or evaluator; a checkpoint is saved), 70 internal error or "
-    "divergence, 73 run directory exists or cannot be created, 74 write failed, 75 stopped by "
-    "a signal with a checkpoint (resume with --set run.resume=true), 78 configuration error. "
-    "Under mpirun --enable-recovery mpirun itself exits 0 whatever happened: the run's outcome "
-    "is in runs/<name>/summary.json (status, exit_code).";
-
-struct TrainArgs {
-  std::string config_path;
-  std::vector<std::string> overrides;
-  bool dry_run = false;
-  bool quiet = false;
-  bool verbose = false;
-};
-
-// Image shape the data set will have, for --dry-run (which loads nothing).
-syncopt::nn::ModelSpec dry_run_spec(const syncopt::config::Config& cfg) {
-  syncopt::nn::ModelSpec spec;
-  spec.name = cfg.model.name;
-  spec.weight_norm = cfg.model.weight_norm;
-  spec.mlp_hidden = static_cast<int>(cfg.model.mlp_hidden);
-  if (cfg.data.name == "cifar10") {
-    spec.channels = 3;
-    spec.height = spec.width = 32;
-  }
-  return spec;
-}
-
-// --dry-run: the resolved config, the role of every rank, and where each
-// computes (the GPU from the node-local rank, as training will pick it).
-void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
-                   const syncopt::layout::Roles& roles, const syncopt::train::Compute& compute,
-                   const syncopt::comm::MpiSession& mpi) {
-  using namespace syncopt;
-  const auto layout = nn::param_layout(dry_run_spec(cfg));
-  constexpr int kLine = 160;
-  const int world = mpi.size();
-  const int local_rank = comm::node_local_rank(MPI_COMM_WORLD);
-  const std::string where = mpi.host() + ", node-local rank " + std::to_string(local_rank) +
-                            ", compute " + compute.describe(local_rank);
-  std::vector<char> lines(static_cast<std::size_t>(world) * kLine, 0);
-  std::vector<char> mine(kLine, 0);
-  where.copy(mine.data(), kLine - 1);
-  SYNCOPT_CHECK_MPI(
-      MPI_Gather(mine.data(), kLine, MPI_CHAR, lines.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD));
-  if (mpi.rank() != 0) return;
-  std::printf("# resolved config (%s)\n%s\n", args.config_path.c_str(), config::to_toml(cfg).c_str());
-  if (world == 1 && cfg.train.mode != config::Mode::kLocal) {
-    std::printf("# train.mode = \"%s\" runs single-process in a world of one rank\n",
-                std::string(config::mode_name(cfg.train.mode)).c_str());
-  }
-  std::printf("%s# placement:\n", layout::describe(roles, layout.count).c_str());
-  for (int r = 0; r < world; ++r) {
-    // Shards apply the optimiser on the host: the update is a few
-    // element-wise passes over their slice, and the gradients arrive in host
-    // memory through MPI anyway.
-    const bool shard = roles.role_of(r) == layout::Role::kShard && roles.shards > 0;
-    std::printf("rank %d: %s%s\n", r, lines.data() + kLine * r,
-                shard ? " (a shard applies its updates on the CPU)" : "");
-  }
-}
-
-// FNV-1a, 64 bits: a fingerprint, not a defence against tampering.
-std::uint64_t fingerprint(const std::string& text) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (const unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
-// ConfigError naming the ranks whose config or build differs from rank 0's.
-void check_same_job(const syncopt::config::Config& cfg, syncopt::comm::MpiSession& mpi) {
-  using namespace syncopt;
-  const std::uint64_t mine[2] = {fingerprint(config::to_toml(cfg)), fingerprint(kBuildId)};
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(2 * mpi.size()));
-  SYNCOPT_CHECK_MPI(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD));
-  std::string config_ranks, build_ranks;
-  for (int r = 1; r < mpi.size(); ++r) {
-    const auto i = static_cast<std::size_t>(2 * r);
-    if (all[i] != all[0]) config_ranks += " " + std::to_string(r);
-    if (all[i + 1] != all[1]) build_ranks += " " + std::to_string(r);
-  }
-  std::string msg;
-  if (!config_ranks.empty()) {
-    msg += "the resolved config of rank(s)" + config_ranks +
-           " differs from rank 0's: every rank must run the same experiment (same file, same "
-           "--set overrides; compare with syncopt train ... --dry-run on each node)";
-  }
-  if (!build_ranks.empty()) {
-    msg += std::string(msg.empty() ? "" : "; ") + "rank(s)" + build_ranks +
-           " run another syncopt build than rank 0 (" + kBuildId +
-           "): install the same binary on every node";
-  }
-  if (!msg.empty()) throw ConfigError(msg);
-}
-
-int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
-  using namespace syncopt;
-  // Every rank reads the config and fits the layout; a problem on any rank
-  // (a file missing on one node) is agreed on, and reported once.
-  config::Config cfg;
-  layout::Roles roles;
-  train::Compute compute;
-  comm::agree(MPI_COMM_WORLD, [&] {
-    cfg = config::load(args.config_path, args.overrides);
-    roles = layout::make_roles(cfg, mpi.size());
-    compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads));
-  });
-  // One experiment, one build: every rank's resolved config and binary
-  // must be rank 0's (a different model on one rank would corrupt memory).
-  comm::agree(MPI_COMM_WORLD, [&] { check_same_job(cfg, mpi); });
-  const bool local = mpi.size() == 1;
-  setup_logging(mpi.rank(), local ? "local" : roles.role_name(mpi.rank()), args.verbose,
-                args.quiet);
-  if (args.dry_run) {
-    print_dry_run(args, cfg, roles, compute, mpi);
-    return 0;
-  }
-  if (local) {
-    if (cfg.train.mode != config::Mode::kLocal) {
-      spdlog::info("world of one rank: train.mode = \"{}\" runs as local training (start it "
-                   "with mpirun -np K for the distributed mode)",
-                   config::mode_name(cfg.train.mode));
-    }
-    const train::LocalResult r = train::run_local(cfg, compute, args.quiet);
-    std::printf("\nsummary: %lld steps, %lld examples in %.1fs (%.0f examples/s training)\n",
-                static_cast<long long>(r.steps), static_cast<long long>(r.examples), r.wall_s,
-                r.examples_per_s);
-    std::printf("         test accuracy %.2f%% (EMA %.2f%%), test loss %.4f\n",
-                100.0 * r.final_eval.accuracy, 100.0 * r.final_eval_ema.accuracy,
-                r.final_eval.loss);
-    std::printf("         run directory: %s\n", r.run_dir.string().c_str());
-    if (r.outcome.status == "stopped") {
-      std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
-                  r.outcome.detail.c_str());
-    }
-    return static_cast<int>(r.outcome.exit_code);
-  }
-  const train::DistributedResult r = train::run_distributed(cfg, compute, args.quiet);
-  if (!r.dead_ranks.empty()) {
-    // Everything is written. Stopped or hung peers on this node are ended
-    // (mpirun would wait for them forever), and MPI_Finalize, which would
-    // wait for them too, is skipped.
-    const auto elsewhere = comm::fence(r.peers, mpi.rank(), r.dead_ranks);
-    for (const int rank : elsewhere) {
-      spdlog::warn("{} is silent on another node: end it there (or let mpirun end the job)",
-                   comm::describe_rank(r.peers, rank));
-    }
-    mpi.abandon();
-  }
-  if (mpi.rank() == 0) {
-    std::printf("\n%s", r.report.c_str());
-    std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
-                r.run_dir.string().c_str(), r.run_dir.string().c_str(),
-                r.run_dir.string().c_str());
-    if (r.outcome.status == "stopped") {
-      std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
-                  r.outcome.detail.c_str());
-    }
-  }
-  return static_cast<int>(r.outcome.exit_code);
-}
-
-int run_report(const std::string& dir) {
-  using namespace syncopt;
-  const std::filesystem::path run(dir);
-  if (!std::filesystem::exists(run / "summary.json")) {
-    throw MissingInputError("'" + (run / "summary.json").string() +
-                            "' not found: give the directory of a finished run (runs/<name>)");
-  }
-  std::ifstream in(run / "summary.json");
-  nlohmann::json summary;
-  try {
-    in >> summary;
-  } catch (const std::exception& e) {
-    throw DataError((run / "summary.json").string() + ": not JSON (" + e.what() + ")");
-  }
-  const auto steps = metrics::read_steps(run / "steps.jsonl");
-  const auto evals = std::filesystem::exists(run / "eval.jsonl")
-                         ? metrics::read_jsonl(run / "eval.jsonl")
-                         : std::vector<nlohmann::json>{};
-  const auto info = metrics::run_info_from_summary(summary);
-  const auto an = metrics::analyze(steps, info);
-  std::printf("run %s\n%s", dir.c_str(), metrics::format_report(an, evals).c_str());
-  return 0;
-}
-
-// Counts the non-finite values of every float field below `s`.
-std::size_t non_finite(const syncopt::checkpoint::State& s) {
-  std::size_t bad = 0;
-  for (const auto& name : s.names()) {
-    const std::string kind = s.kind_of(name);
-    if (kind == "float array") {
-      for (const float x : s.get<std::vector<float>>(name)) bad += std::isfinite(x) ? 0 : 1;
-    } else if (kind == "f64") {
-      bad += std::isfinite(s.get<double>(name)) ? 0 : 1;
-    } else if (kind == "child state") {
-      bad += non_finite(s.child(name));
-    }
-  }
-  return bad;
-}
-
-// `syncopt checkpoints RUN_DIR`: what is saved, and whether the latest loads.
-int run_checkpoints(const std::string& dir) {
-  using namespace syncopt;
-  const auto steps = checkpoint::committed_steps(dir);
-  const auto latest = checkpoint::latest_step(dir);
-  std::printf("%s: %zu committed checkpoint(s)", dir.c_str(), steps.size());
-  for (const auto s : steps) std::printf(" %llu", static_cast<unsigned long long>(s));
-  std::printf("\n");
-  const checkpoint::Checkpoint ck = checkpoint::load_latest(dir);  // 66 none, 65 corrupt
-  std::size_t bad = 0, nbytes = 0;
-  for (const auto& [part, state] : ck.parts) bad += non_finite(state);
-  for (const auto& f : ck.manifest.files) nbytes += f.nbytes;
-  std::printf("latest: step %llu, %zu parts, %zu bytes, created %s; sizes and CRC-32 verified\n",
-              static_cast<unsigned long long>(*latest), ck.parts.size(), nbytes,
-              ck.manifest.created_utc.c_str());
-  for (const auto& [part, state] : ck.parts) std::printf("  %s\n", part.c_str());
-  if (bad > 0) {
-    throw DataError(dir + ": the latest checkpoint holds " + std::to_string(bad) +
-                    " non-finite values");
-  }
-  std::printf("every saved float is finite\n");
-  return 0;
-}
-
-}  // namespace
+using namespace syncopt::app;
 
 int main(int argc, char** argv) {
   using namespace syncopt;
+  // Stop signals only set a flag (DESIGN.md §10): blocked before any thread
+  // starts, taken by a thread of their own.
+  install_stop_handlers();
   CLI::App app{
       "syncopt: synchronous SGD with backup workers (Chen et al., arXiv 1604.00981), "
       "asynchronous SGD with measured staleness, and their baselines, in one SPMD binary.\n"
@@ -278,19 +31,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", kBuildId);
 
   TrainArgs targs;
-  auto* train = app.add_subcommand(
-      "train", "Train a model as described by a TOML config (see the key reference below).");
-  train->add_option("config", targs.config_path, "TOML experiment file, e.g. configs/fmnist-local.toml")
-      ->required();
-  train->add_option("--set", targs.overrides,
-                    "Override one key, section.key=value (repeatable), e.g. --set train.batch=64")
-      ->type_name("KEY=VALUE");
-  train->add_flag("--dry-run", targs.dry_run,
-                  "Validate the config, print it resolved and the role of every rank, then exit");
-  train->add_flag("-q,--quiet", targs.quiet, "Only warnings and the final summary");
-  train->add_flag("-v,--verbose", targs.verbose, "Debug logging on every rank");
-  train->footer("Config keys (TOML sections; every key has a default):\n" +
-                config::key_reference() + "\n" + kExitCodes);
+  auto* train = add_train_command(app, targs);
 
   auto* keys = app.add_subcommand(
       "keys", "Print the reference of every config key: type, default, allowed values, meaning "
@@ -309,8 +50,11 @@ int main(int argc, char** argv) {
                 "to the k-th gradient, drops per worker, staleness, accuracy of theta and EMA.");
   report->add_option("run_dir", report_dir, "A run directory, e.g. runs/fmnist-sync")->required();
 
-  // Stop signals only set a flag, from the very start (DESIGN.md §10).
-  install_stop_handlers();
+  SimulateArgs sargs;
+  auto* simulate = add_simulate_command(app, sargs);
+  PlanArgs pargs;
+  auto* plan = add_plan_command(app, pargs);
+
   // MPI first: every mode runs under mpirun and the logger carries the rank.
   int code = 0;
   comm::MpiSession mpi(&argc, &argv);
@@ -331,6 +75,8 @@ int main(int argc, char** argv) {
     if (report->parsed() && mpi.rank() == 0) code = run_report(report_dir);
     if (keys->parsed() && mpi.rank() == 0) std::printf("%s", config::key_reference().c_str());
     if (ckpts->parsed() && mpi.rank() == 0) code = run_checkpoints(ckpt_dir);
+    if (simulate->parsed() && mpi.rank() == 0) code = run_simulate(sargs);
+    if (plan->parsed() && mpi.rank() == 0) code = run_plan(pargs);
   } catch (const AgreedError& e) {
     // Every rank knows of this error and ends cleanly; only the rank(s)
     // where it happened say why.

@@ -251,6 +251,39 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(compute, backend, no_range(), "",
                   "Compute backend (cuda needs a CUDA build and a GPU).", "cpu", "cuda"),
       SYNCOPT_KEY(compute, threads, at_least(1), "", "CPU threads per rank (oneDNN / OpenMP)."),
+      // [sim] (syncopt simulate and plan; training ignores it)
+      SYNCOPT_KEY(sim, workers, at_least(1), "",
+                  "Simulated workers K (there is no MPI world to count them); N = K - "
+                  "train.backups in sync and timeout."),
+      SYNCOPT_KEY(sim, compute_ms, above(0), "",
+                  "Mean compute time of one gradient, in ms (ignored with --from, which "
+                  "replays the run's measured times)."),
+      SYNCOPT_KEY(sim, compute_cv, at_least(0), "",
+                  "Coefficient of variation (stddev / mean) of the compute time; 0 = every "
+                  "gradient takes exactly sim.compute_ms."),
+      SYNCOPT_KEY(sim, compute_dist, no_range(), "",
+                  "Distribution of the compute time, with mean sim.compute_ms and cv "
+                  "sim.compute_cv.",
+                  "lognormal", "gamma"),
+      SYNCOPT_KEY(sim, overhead_ms, at_least(0), "",
+                  "Worker time per gradient outside compute and the network (loading the "
+                  "batch, copies); --from measures it."),
+      SYNCOPT_KEY(sim, apply_ms, at_least(0), "",
+                  "Shard time per update (aggregation and optimiser), during which it "
+                  "receives nothing; --from measures it."),
+      SYNCOPT_KEY(sim, poll_max_us, at_least(0), "",
+                  "An idle shard tests for messages after back-off sleeps of 40, 80, 160, ... us "
+                  "up to this (syncopt's own loop: 500), so messages arriving during one sleep "
+                  "are taken together; 0 = every message is taken the moment it arrives."),
+      SYNCOPT_KEY(sim, latency_us, at_least(0), "", "One-way latency of every message, in us."),
+      SYNCOPT_KEY(sim, bandwidth_gbps, at_least(0), "",
+                  "Bandwidth of every node's link, per direction, in Gbit/s; a shard sends "
+                  "its replies one after another over it; 0 = unlimited."),
+      SYNCOPT_KEY(sim, param_count, at_least(0), "",
+                  "Model size in floats, which sets the message sizes; 0 = the parameter "
+                  "count of model.name."),
+      SYNCOPT_KEY(sim, seed, no_range(), "0 .. 2^63-1",
+                  "Seed of the compute-time draws (stragglers keep stragglers.seed)."),
   };
 }
 #undef SYNCOPT_KEY

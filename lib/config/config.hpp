@@ -115,6 +115,24 @@ struct ComputeConfig {
   bool operator==(const ComputeConfig&) const = default;
 };
 
+// `syncopt simulate` (lib/sim/): the discrete-event model of a cluster, in
+// seconds of simulated time. Training itself ignores this section.
+struct SimConfig {
+  std::int64_t workers = 5;                // K, the simulated workers
+  double compute_ms = 10.0;                // mean compute time of one gradient
+  double compute_cv = 0.1;                 // its coefficient of variation (0 = fixed)
+  std::string compute_dist = "lognormal";  // lognormal | gamma
+  double overhead_ms = 0.0;                // worker time per gradient outside compute
+  double apply_ms = 0.0;                   // shard time per update (aggregate + optimiser)
+  double poll_max_us = 500.0;              // idle shard loop's longest back-off sleep; 0 = none
+  double latency_us = 50.0;                // one-way, per message
+  double bandwidth_gbps = 10.0;            // per link and direction; 0 = unlimited
+  std::int64_t param_count = 0;            // floats of the model; 0 = model.name's
+  std::uint64_t seed = 1;                  // compute-time draws
+
+  bool operator==(const SimConfig&) const = default;
+};
+
 struct Config {
   RunConfig run;
   DataConfig data;
@@ -125,6 +143,7 @@ struct Config {
   StragglerConfig stragglers;
   EvalConfig eval;
   ComputeConfig compute;
+  SimConfig sim;
 
   // Field-by-field equality: the to_toml() round trip is tested with it.
   bool operator==(const Config&) const = default;

@@ -15,6 +15,18 @@ nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train) 
   return spec;
 }
 
+nn::ModelSpec expected_model_spec(const config::Config& cfg) {
+  nn::ModelSpec spec;
+  spec.name = cfg.model.name;
+  spec.weight_norm = cfg.model.weight_norm;
+  spec.mlp_hidden = static_cast<int>(cfg.model.mlp_hidden);
+  if (cfg.data.name == "cifar10") {
+    spec.channels = 3;
+    spec.height = spec.width = 32;
+  }
+  return spec;
+}
+
 data::LoadOptions load_options(const config::Config& cfg) {
   data::LoadOptions o;
   o.name = cfg.data.name;

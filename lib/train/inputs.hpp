@@ -11,6 +11,11 @@ namespace syncopt::train {
 // The model spec for a config and the data's image shape.
 nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train);
 
+// The model spec a config will have once its data is loaded (the image
+// shape from data.name: 3x32x32 for cifar10, else 1x28x28), for what must
+// not load the data (--dry-run, simulate, plan).
+nn::ModelSpec expected_model_spec(const config::Config& cfg);
+
 // Data loading options from the config.
 data::LoadOptions load_options(const config::Config& cfg);
 

@@ -28,6 +28,7 @@ LAYERS = {
     "ps": {"common", "config", "checkpoint", "comm", "layout", "metrics", "optim"},
     "worker": {"common", "config", "checkpoint", "comm", "data", "layout", "nn"},
     "sim": {"common", "config", "checkpoint", "layout", "metrics", "ps", "worker"},
+    "plan": {"common", "config", "layout", "metrics", "sim", "worker"},
     "train": {"common", "config", "checkpoint", "comm", "data", "layout", "metrics", "nn",
               "optim", "ps", "replica", "sim", "worker"},
     # cuda/ builds on the compute, replica and communication interfaces of lib/.

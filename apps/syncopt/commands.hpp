@@ -1,0 +1,59 @@
+// The subcommands of the syncopt binary, one file each: train
+// (train_command.cpp), report, keys and checkpoints (inspect_command.cpp),
+// simulate and plan (sim_command.cpp). main.cpp parses and dispatches.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "comm/mpi.hpp"
+
+namespace syncopt::app {
+
+// The build, as ranks compare it (one build across ranks) and --version shows it.
+extern const std::string kBuildId;
+extern const char* const kExitCodes;
+
+struct TrainArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool dry_run = false;
+  bool quiet = false;
+  bool verbose = false;
+};
+CLI::App* add_train_command(CLI::App& app, TrainArgs& args);
+// The run's exit code (0 completed, 75 stopped, ...); ends MPI itself when a
+// peer is dead (see main.cpp).
+int run_train(const TrainArgs& args, comm::MpiSession& mpi);
+
+int run_report(const std::string& dir);
+int run_checkpoints(const std::string& dir);
+
+struct SimulateArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string from;
+  bool quiet = false;
+};
+CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args);
+int run_simulate(const SimulateArgs& args);
+
+struct PlanArgs {
+  int workers = 0;
+  std::vector<std::string> runs;
+  std::string sim_config;
+  std::vector<std::string> overrides;
+  std::string from;
+  std::string n_values;
+  double target_acc = 0.0;
+  bool ema = false;
+  std::vector<double> iters;
+  int threads = 0;
+  std::string out;
+};
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& args);
+int run_plan(const PlanArgs& args);
+
+}  // namespace syncopt::app

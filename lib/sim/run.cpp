@@ -1,0 +1,176 @@
+// The simulate command's run directory (see run.hpp).
+#include "sim/run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "common/error.hpp"
+#include "layout/roles.hpp"
+#include "metrics/analysis.hpp"
+#include "metrics/records.hpp"
+#include "metrics/step_record.hpp"
+#include "sim/fit.hpp"
+#include "sim/record_json.hpp"
+
+namespace syncopt::sim {
+
+std::int64_t nominal_train_count(const config::Config& cfg) {
+  std::int64_t count = 0;
+  if (cfg.data.name == "synthetic") {
+    count = cfg.data.synthetic_train;
+  } else if (cfg.data.name == "fashion-mnist") {
+    count = 60000;
+  } else if (cfg.data.name == "cifar10") {
+    count = 50000;
+  } else if (cfg.train.steps == 0) {
+    throw ConfigError("data.name = \"" + cfg.data.name +
+                      "\" with train.steps = 0: syncopt simulate does not read the data set, so "
+                      "it cannot count an epoch; set train.steps");
+  } else {
+    count = 1;  // unused: the run is counted in steps
+  }
+  return cfg.data.limit_train > 0 ? std::min(count, cfg.data.limit_train) : count;
+}
+
+SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const TimingModel& timing,
+                    const worker::StragglerModel* stragglers) {
+  const auto mode = cfg.train.mode;
+  const auto& t = config::traits(mode);
+  if (!t.uses_ps) {
+    throw ConfigError("train.mode = \"" + std::string(config::mode_name(mode)) +
+                      "\": syncopt simulate models the parameter-server modes (sync, async, "
+                      "softsync, ssp, timeout)");
+  }
+  layout::Roles roles;
+  roles.mode = mode;
+  roles.shards = static_cast<int>(cfg.cluster.ps);
+  roles.workers = static_cast<int>(cfg.sim.workers);
+  roles.world = roles.shards + roles.workers;
+  roles.first_worker = roles.shards;
+  roles.backups = t.has_backups ? static_cast<int>(cfg.train.backups) : 0;
+  if (t.has_backups && roles.backups >= roles.workers) {
+    throw ConfigError("train.backups = " + std::to_string(roles.backups) +
+                      " with sim.workers = " + std::to_string(roles.workers) +
+                      ": need backups < workers (N = workers - backups >= 1)");
+  }
+  roles.n = config::gradients_per_update(mode, roles.workers, roles.backups,
+                                         static_cast<int>(cfg.train.softsync_c));
+  const layout::Plan plan = layout::make_plan(cfg, roles, nominal_train_count(cfg));
+
+  SimSetup st;
+  st.mode = mode;
+  st.workers = roles.workers;
+  st.n = roles.n;
+  const std::size_t count =
+      cfg.sim.param_count > 0 ? static_cast<std::size_t>(cfg.sim.param_count) : param_count;
+  for (const auto& slice : layout::shard_slices(count, roles.shards)) {
+    st.slice_counts.push_back(slice.count);
+  }
+  st.batch = cfg.train.batch;
+  st.total_steps = plan.total_steps;
+  st.target_examples = plan.target_examples;
+  st.timeout_s = cfg.train.timeout_ms / 1000.0;
+  st.poll_max_s = cfg.sim.poll_max_us * 1e-6;
+  st.ssp_bound = cfg.train.ssp_bound;
+  st.lr = static_cast<float>(cfg.optim.lr * plan.lr_multiplier);
+  st.network = network_params(cfg.sim.latency_us, cfg.sim.bandwidth_gbps);
+  st.timing = timing;
+  st.stragglers = stragglers;
+  return st;
+}
+
+namespace {
+
+constexpr std::size_t kFlushBytes = 1 << 22;  // steps.jsonl is written in blocks of 4 MiB
+
+// What was modelled, for the summary's "sim" block.
+nlohmann::json sim_block(const config::Config& cfg, const SimSetup& st, const SimResult& r,
+                         const std::optional<nlohmann::json>& fit, double cpu_s) {
+  std::size_t count = 0;
+  for (const auto c : st.slice_counts) count += c;
+  nlohmann::json timing;
+  if (fit) {
+    timing = {{"fitted", *fit}};
+  } else {
+    timing = {{"compute_ms", cfg.sim.compute_ms},
+              {"compute_cv", cfg.sim.compute_cv},
+              {"compute_dist", cfg.sim.compute_dist},
+              {"overhead_ms", cfg.sim.overhead_ms},
+              {"apply_ms", cfg.sim.apply_ms}};
+  }
+  return {{"workers", st.workers},
+          {"shards", st.slice_counts.size()},
+          {"param_count", count},
+          {"reply_bytes", message_bytes(st.slice_counts[0])},
+          {"latency_us", cfg.sim.latency_us},
+          {"poll_max_us", cfg.sim.poll_max_us},
+          {"bandwidth_gbps", cfg.sim.bandwidth_gbps},
+          {"stragglers", cfg.stragglers.model},
+          {"timing", timing},
+          {"seed", cfg.sim.seed},
+          {"events", r.events},
+          {"gradients", r.gradients},
+          {"cpu_s", cpu_s}};
+}
+
+}  // namespace
+
+SimulateOutcome simulate_run(const config::Config& cfg, const SimulateOptions& options) {
+  const std::size_t param_count =
+      cfg.sim.param_count > 0 ? static_cast<std::size_t>(cfg.sim.param_count) : options.param_count;
+  TimingModel timing = timing_from_config(cfg);
+  std::optional<nlohmann::json> fit_json;
+  if (options.from) {
+    const Fit fit =
+        fit_run(*options.from, timing, network_params(cfg.sim.latency_us, cfg.sim.bandwidth_gbps),
+                param_count, cfg.sim.poll_max_us * 1e-6);
+    timing = fit.timing;
+    fit_json = fit.to_json(*options.from);
+  }
+  const worker::StragglerModel stragglers(cfg.stragglers);
+  SimSetup st = make_setup(cfg, param_count, timing, stragglers.active() ? &stragglers : nullptr);
+
+  SimulateOutcome out;
+  out.run_dir = metrics::create_run_dir(cfg.run.dir, cfg.run.name, cfg.run.overwrite);
+  metrics::write_file_atomic(out.run_dir / "config.toml", config::to_toml(cfg));
+  metrics::JsonlWriter steps(out.run_dir / "steps.jsonl");
+  // As in a real run: shard 0's records first, the other shards' after them.
+  std::vector<metrics::StepRecord> records;
+  std::string shard0, others;
+  st.on_step = [&](metrics::StepRecord&& r) {
+    append_json_line(r.shard == 0 ? shard0 : others, r, true);
+    if (shard0.size() > kFlushBytes) {
+      steps.write_raw(shard0);
+      shard0.clear();
+    }
+    records.push_back(std::move(r));
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  out.result = simulate(st);
+  out.cpu_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  steps.write_raw(shard0);
+  steps.write_raw(others);
+  steps.flush();
+
+  metrics::RunInfo info;
+  info.mode = st.mode;
+  info.n = st.n;
+  info.b = config::traits(st.mode).has_backups ? static_cast<int>(cfg.train.backups) : 0;
+  info.shards = static_cast<int>(st.slice_counts.size());
+  info.workers = st.workers;
+  info.batch = cfg.train.batch;
+  info.wall_s = out.result.end_s;
+  info.examples = out.result.examples;
+  info.epochs =
+      static_cast<double>(out.result.examples) / static_cast<double>(nominal_train_count(cfg));
+  metrics::RunAnalysis an = metrics::analyze(records, info);
+  an.summary["clock"] = "simulated";
+  an.summary["sim"] = sim_block(cfg, st, out.result, fit_json, out.cpu_s);
+  metrics::write_file_atomic(out.run_dir / "summary.json", an.summary.dump(2) + "\n");
+  out.report = metrics::format_report(an, {});
+  return out;
+}
+
+}  // namespace syncopt::sim
