@@ -99,7 +99,8 @@ int run_train(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
   comm::agree(MPI_COMM_WORLD, [&] {
     cfg = config::load(args.config_path, args.overrides);
     roles = layout::make_roles(cfg, mpi.size());
-    compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads));
+    compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads),
+                                cfg.cluster.dead_after_s);
   });
   const bool local = mpi.size() == 1;
   setup_logging(mpi.rank(), local ? "local" : roles.role_name(mpi.rank()), args.verbose,
