@@ -311,6 +311,7 @@ double NcclReducer::timeout_s() const { return m_impl->timeout_s; }
 
 void NcclReducer::allreduce_sum(float* device_buf, std::size_t count, void* stream) {
   Impl& im = *m_impl;
+  if (count == 0) return;  // every rank passes the same count
   SYNCOPT_CHECK_CUDA(cudaSetDevice(im.device));
   const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : im.stream.get();
   im.wait_done(s, im.enqueue(device_buf, count, s, false));
@@ -318,6 +319,7 @@ void NcclReducer::allreduce_sum(float* device_buf, std::size_t count, void* stre
 
 void NcclReducer::allreduce_mean(float* device_buf, std::size_t count, void* stream) {
   Impl& im = *m_impl;
+  if (count == 0) return;  // every rank passes the same count
   SYNCOPT_CHECK_CUDA(cudaSetDevice(im.device));
   const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : im.stream.get();
   im.wait_done(s, im.enqueue(device_buf, count, s, true));
@@ -325,6 +327,7 @@ void NcclReducer::allreduce_mean(float* device_buf, std::size_t count, void* str
 
 void NcclReducer::allreduce_mean_host(float* host, std::size_t count) {
   Impl& im = *m_impl;
+  if (count == 0) return;  // every rank passes the same count
   SYNCOPT_CHECK_CUDA(cudaSetDevice(im.device));
   im.reserve(count);
   const cudaStream_t s = im.stream.get();
