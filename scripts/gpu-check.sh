@@ -137,7 +137,11 @@ run() {
   RC=$?
   SECS=$(($(date +%s) - t))
   cat "$WORK/$name.out"
-  TAIL="$(tail -n 4 "$WORK/$name.out" | tr '\n' ' ' | cut -c1-600)"
+  # The verdict lines of the test programs and syncopt's errors say more
+  # than mpirun's closing words.
+  TAIL="$(grep -E '^(PASS|FAIL|SKIP)|FAILED|error|rror:|^test cases' "$WORK/$name.out" | tail -n 3 | tr '\n' ' ')"
+  [[ -n "$TAIL" ]] || TAIL="$(tail -n 4 "$WORK/$name.out" | tr '\n' ' ')"
+  TAIL="$(echo "$TAIL" | cut -c1-600)"
   ((RC == 124 || RC == 137)) && TAIL="timed out after ${limit}s; $TAIL"
 }
 
@@ -325,7 +329,8 @@ if ((BUNDLE_OK)); then
     record launcher failed "$SECS" "rc $RC: $TAIL"
   fi
   run cuda_logic 60 "$BIN/syncopt_cuda_logic"
-  record cuda_logic "$(status_of "$RC")" "$SECS" "$TAIL"
+  record cuda_logic "$(status_of "$RC")" "$SECS" \
+    "$(grep -E '^(All tests passed|test cases)' "$WORK/cuda_logic.out" | tail -1)"
 fi
 
 # --- a GPU? -----------------------------------------------------------------------
@@ -390,7 +395,12 @@ BENCH_LIMIT=$(($(left) - 130))
 ((BENCH_LIMIT > 240)) && BENCH_LIMIT=240
 run bench "$BENCH_LIMIT" python3 "$ROOT/bench/cnn_cuda_vs_torch.py" --exe "$BIN/syncopt" \
   --batches 32,128,512,1024 --warmup 30 --steps 200 --rounds 2 --json "$OUT/bench.json"
-record bench "$(status_of "$RC")" "$SECS" "$(grep -E '^ +[0-9]+ ' "$WORK/bench.out" | tr -s ' ' | tr '\n' ';')" "$OUT/bench.json"
+if ((RC == 0)); then
+  DETAIL="batch, syncopt ms, torch ms, ratio, first steps: $(grep -E '^ +[0-9]+ ' "$WORK/bench.out" | tr -s ' ' | tr '\n' ';')"
+else
+  DETAIL="$TAIL"
+fi
+record bench "$(status_of "$RC")" "$SECS" "$DETAIL" "$OUT/bench.json"
 
 # --- training runs on Fashion-MNIST ---------------------------------------------------------------
 # train_run NAME ARGS...: mpirun -np 4 syncopt train on the carried data;
@@ -422,7 +432,7 @@ print(("passed" if ok else "failed") + f" status {s.get('status')}, test_acc {ac
 PY
 )"
   ((RC == 124 || RC == 137)) && verdict="timeout ${verdict#* }"
-  record "$name" "${verdict%% *}" "$SECS" "${verdict#* }; rc $RC" "$summary"
+  record "$name" "${verdict%% *}" "$SECS" "${verdict#* }; rc $RC; $TAIL" "$summary"
 }
 train_run sync_fmnist --set train.mode=sync --set train.backups=1
 train_run allreduce_fmnist --set train.mode=allreduce
