@@ -94,8 +94,12 @@ struct Plan {
   bool has_backward = false;
 };
 
-bool usable(cudnnStatus_t status, std::size_t memory) {
-  return status == CUDNN_STATUS_SUCCESS && memory <= kMaxWorkspaceNbytes;
+// Succeeded, fits the workspace limit, and runs in plain FP32 (the
+// descriptors ask for CUDNN_FMA_MATH; a tensor-op entry would mean TF32).
+template <class Perf>
+bool usable(const Perf& p) {
+  return p.status == CUDNN_STATUS_SUCCESS && p.memory <= kMaxWorkspaceNbytes &&
+         (p.mathType == CUDNN_FMA_MATH || p.mathType == CUDNN_DEFAULT_MATH);
 }
 
 // Timed (cudnnFind) results, fastest first: the fastest usable algorithm,
@@ -106,8 +110,7 @@ template <class Perf>
 Perf choose(const Perf* perf, int returned, bool deterministic, const char* what) {
   const Perf* best = nullptr;
   for (int i = 0; i < returned && best == nullptr; ++i) {
-    if (usable(perf[i].status, perf[i].memory) &&
-        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
+    if (usable(perf[i]) && (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
       best = &perf[i];
     }
   }
@@ -118,7 +121,7 @@ Perf choose(const Perf* perf, int returned, bool deterministic, const char* what
   }
   if (!deterministic && best->determinism != CUDNN_DETERMINISTIC) {
     for (int i = 0; i < returned; ++i) {
-      if (usable(perf[i].status, perf[i].memory) && perf[i].determinism == CUDNN_DETERMINISTIC &&
+      if (usable(perf[i]) && perf[i].determinism == CUDNN_DETERMINISTIC &&
           perf[i].time <= 1.2f * best->time) {
         return perf[i];
       }

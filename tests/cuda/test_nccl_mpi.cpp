@@ -193,13 +193,19 @@ bool check_deadline(int device) {
     cu::CudaStream stream;
     std::atomic<bool> released{false};
     SYNCOPT_CHECK_CUDA(cudaLaunchHostFunc(stream.get(), block_until_released, &released));
+    // Released from another thread half a second past the deadline, in case
+    // ncclCommAbort waits for the device (a cudaFree) and so for the stream.
+    std::thread release([&released, kDeadline] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(kDeadline + 0.5));
+      released = true;
+    });
     try {
       reducer.allreduce_sum(d.get(), n, stream.get());
     } catch (const syncopt::InternalError& e) {
       message = e.what();
     }
     const double waited = since(t0);
-    released = true;
+    release.join();
     cu::wait_stream(stream.get(), 10.0, "the released stream");
     std::printf("rank %d: stuck stream -> after %.2f s: %s\n", g_rank, waited, message.c_str());
     ok &= expect(message.find("allreduce #2 of 4096 floats") != std::string::npos &&
