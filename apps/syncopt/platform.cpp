@@ -47,7 +47,9 @@ train::Compute make_compute(const std::string& backend, int threads, double dead
     }
     const cuda::NcclPlan plan = cuda::nccl_plan(comm, device);
     if (!plan.usable) {
-      spdlog::warn("allreduce through MPI (host memory), not NCCL: {}", plan.reason);
+      int rank = 0;
+      SYNCOPT_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+      if (rank == 0) spdlog::warn("allreduce through MPI (host memory), not NCCL: {}", plan.reason);
       return comm::make_mpi_reducer(comm);
     }
     return cuda::make_nccl_reducer(comm, device, dead_after_s);
