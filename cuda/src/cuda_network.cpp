@@ -94,40 +94,46 @@ struct Plan {
   bool has_backward = false;
 };
 
-// Succeeded, fits the workspace limit, and runs in plain FP32 (the
-// descriptors ask for CUDNN_FMA_MATH; a tensor-op entry would mean TF32).
+// Succeeded and fits the workspace limit; with fp32_math, also reported in
+// FMA or default math (a tensor-op entry was timed with TF32). The
+// descriptors stay in CUDNN_FMA_MATH whatever an entry says, so the
+// convolution runs in FP32 either way; the math filter only keeps the
+// choice from resting on a TF32 timing.
 template <class Perf>
-bool usable(const Perf& p) {
+bool usable(const Perf& p, bool fp32_math) {
   return p.status == CUDNN_STATUS_SUCCESS && p.memory <= kMaxWorkspaceNbytes &&
-         (p.mathType == CUDNN_FMA_MATH || p.mathType == CUDNN_DEFAULT_MATH);
+         (!fp32_math || p.mathType == CUDNN_FMA_MATH || p.mathType == CUDNN_DEFAULT_MATH);
 }
 
 // Timed (cudnnFind) results, fastest first: the fastest usable algorithm,
 // or a deterministic one when it is within 20% of that (so that repeated
 // runs agree bit for bit where it is cheap). Heuristic (cudnnGet_v7)
 // results in deterministic mode: the first usable deterministic one.
+// Entries in FP32 math first; any math only when there are none.
 template <class Perf>
 Perf choose(const Perf* perf, int returned, bool deterministic, const char* what) {
-  const Perf* best = nullptr;
-  for (int i = 0; i < returned && best == nullptr; ++i) {
-    if (usable(perf[i]) && (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
-      best = &perf[i];
-    }
-  }
-  if (best == nullptr) {
-    throw InternalError(std::string("cuDNN found no usable ") +
-                        (deterministic ? "deterministic " : "") + what +
-                        " algorithm for this layer shape");
-  }
-  if (!deterministic && best->determinism != CUDNN_DETERMINISTIC) {
-    for (int i = 0; i < returned; ++i) {
-      if (usable(perf[i]) && perf[i].determinism == CUDNN_DETERMINISTIC &&
-          perf[i].time <= 1.2f * best->time) {
-        return perf[i];
+  for (const bool fp32_math : {true, false}) {
+    const Perf* best = nullptr;
+    for (int i = 0; i < returned && best == nullptr; ++i) {
+      if (usable(perf[i], fp32_math) &&
+          (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
+        best = &perf[i];
       }
     }
+    if (best == nullptr) continue;
+    if (!deterministic && best->determinism != CUDNN_DETERMINISTIC) {
+      for (int i = 0; i < returned; ++i) {
+        if (usable(perf[i], fp32_math) && perf[i].determinism == CUDNN_DETERMINISTIC &&
+            perf[i].time <= 1.2f * best->time) {
+          return perf[i];
+        }
+      }
+    }
+    return *best;
   }
-  return *best;
+  throw InternalError(std::string("cuDNN found no usable ") +
+                      (deterministic ? "deterministic " : "") + what +
+                      " algorithm for this layer shape");
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
