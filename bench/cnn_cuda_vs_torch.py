@@ -1,22 +1,31 @@
 #!/usr/bin/env python3
-"""Training throughput of the reference CNN on one GPU: syncopt's CUDA backend vs PyTorch.
+"""Training step time of the reference CNN on one GPU: syncopt's CUDA backend vs PyTorch.
 
 Both train the same network (conv3x3(32)-relu-pool2, conv3x3(64)-relu-pool2,
 fc(256)-relu, fc(10), weight normalisation on every layer, softmax
-cross-entropy, SGD with momentum 0.9) on in-memory data of the same shape
-(1x28x28, 10 classes), with the same batch, for a fixed number of steps, on
-the same GPU. The two alternate round by round; the script prints images/s
-of each (median over rounds) and the ratio syncopt / PyTorch.
+cross-entropy, SGD with momentum 0.9, no EMA) on in-memory data of the same
+shape (1x28x28, 10 classes), with the same batch, on the same GPU, in plain
+FP32: TF32 is off on both sides (syncopt: cuDNN convolutions in
+CUDNN_FMA_MATH, cuBLAS in CUBLAS_DEFAULT_MATH, which keeps FP32 sgemm in FP32;
+PyTorch: torch.backends.cuda.matmul.allow_tf32 = False and
+torch.backends.cudnn.allow_tf32 = False). Both pick their cuDNN algorithms by
+timing them (syncopt: cudnnFind; PyTorch: cudnn.benchmark = True).
 
-What is timed: the whole training loop of `--steps` steps, start-up and
-evaluation excluded. syncopt's figure is `train_s` from its summary.json
-(`configs/bench-cnn.toml`, EMA off); it includes what syncopt's design does
-per step: the host-side batch gather, the parameter upload and gradient
-download through pinned buffers, and the optimiser on the host. PyTorch keeps
-data, parameters and optimiser on the GPU. Both run in plain FP32: syncopt's
-convolutions use CUDNN_FMA_MATH, and PyTorch's TF32 is switched off
-(torch.backends.cudnn.allow_tf32 = False; matmul TF32 is off by default).
-Neither side excludes its first steps (cuDNN algorithm search for syncopt).
+What is timed: only steady-state steps. Each run trains --warmup + --steps
+steps; the first --warmup (algorithm search, allocation, clocks ramping up)
+are left out, and the step time is the mean over the --steps after them.
+syncopt's steps come from its steps.jsonl (local mode: `t_start` of step
+k+1 minus that of step k is one whole loop iteration: the host batch
+gather, the image upload, forward/backward with θ and the gradient on the
+device (CudaReplica), the finite check, the optimiser, the record);
+PyTorch's from the wall clock between two torch.cuda.synchronize() calls
+around the timed steps. The first step, which holds cuDNN's algorithm
+search, is reported apart ("first step").
+
+The two alternate round by round; the script prints the median over rounds
+of each and the ratio syncopt / PyTorch of the step times (below 1: syncopt
+is faster). Without PyTorch (or without a GPU for it) it reports syncopt's
+figures alone and says why.
 """
 import argparse
 import json
@@ -33,9 +42,10 @@ TORCH_LOOP = r"""
 import sys, time, torch
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
-batch, steps, seed = (int(a) for a in sys.argv[1:4])
-torch.backends.cudnn.allow_tf32 = False
+batch, warmup, steps, seed = (int(a) for a in sys.argv[1:5])
 torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cudnn.benchmark = True
 torch.manual_seed(seed)
 dev = torch.device("cuda")
 model = nn.Sequential(
@@ -45,90 +55,150 @@ model = nn.Sequential(
     weight_norm(nn.Linear(256, 10))).to(dev)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 loss_fn = nn.CrossEntropyLoss()
-n = 4096
+n = max(4096, 2 * batch)
 x = torch.randn(n, 1, 28, 28, device=dev)
 y = torch.randint(0, 10, (n,), device=dev)
 perm = torch.randperm(n, device=dev)
-torch.cuda.synchronize()
-t0 = time.perf_counter()
-for s in range(steps):
+def step(s):
     start = (s * batch) % (n - batch)
     idx = perm[start:start + batch]
-    xb, yb = x[idx], y[idx]
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(xb), yb)
+    loss = loss_fn(model(x[idx]), y[idx])
     loss.backward()
     opt.step()
+    return loss
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+step(0)
+torch.cuda.synchronize()
+first = time.perf_counter() - t0
+for s in range(1, warmup):
+    step(s)
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+for s in range(warmup, warmup + steps):
+    loss = step(s)
 torch.cuda.synchronize()
 dt = time.perf_counter() - t0
-print(f"TORCH {steps * batch / dt:.3f} {float(loss):.4f} {torch.__version__} "
+print(f"TORCH {dt / steps:.9f} {first:.6f} {float(loss):.4f} {torch.__version__} "
       f"{torch.cuda.get_device_name(0).replace(' ', '_')}")
 """
 
 
-def run_torch(batch, steps, seed):
-    out = subprocess.run([sys.executable, "-c", TORCH_LOOP, str(batch), str(steps), str(seed)],
-                         check=True, capture_output=True, text=True).stdout
-    line = [l for l in out.splitlines() if l.startswith("TORCH ")][-1].split()
-    return float(line[1]), line[3], line[4]
+def run_torch(batch, warmup, steps, seed):
+    proc = subprocess.run([sys.executable, "-c", TORCH_LOOP, str(batch), str(warmup), str(steps),
+                           str(seed)], capture_output=True, text=True)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("TORCH ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the PyTorch loop failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    f = lines[-1].split()
+    return {"step_s": float(f[1]), "first_step_s": float(f[2]), "version": f[4], "gpu": f[5]}
 
 
-def run_syncopt(exe, batch, steps, seed, tmp):
-    name = f"bench-cuda-b{batch}-{time.monotonic_ns()}"
+def run_syncopt(exe, backend, batch, warmup, steps, seed, tmp):
+    name = f"bench-{backend}-b{batch}-{time.monotonic_ns()}"
     cmd = [exe, "train", os.path.join(ROOT, "configs", "bench-cnn.toml"), "--quiet",
            "--set", f"run.dir={tmp}", "--set", f"run.name={name}",
-           "--set", "compute.backend=cuda", "--set", "compute.threads=1",
-           "--set", f"train.batch={batch}", "--set", f"train.steps={steps}",
+           "--set", f"compute.backend={backend}", "--set", "compute.threads=1",
+           "--set", f"data.synthetic_train={max(4096, 2 * batch)}",
+           "--set", f"train.batch={batch}", "--set", f"train.steps={warmup + steps + 1}",
            "--set", f"run.seed={seed}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        sys.exit(f"bench: syncopt failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    with open(os.path.join(tmp, name, "summary.json")) as f:
-        summary = json.load(f)
-    return summary["steps"] * summary["batch"] / summary["train_s"]
+        raise RuntimeError(f"syncopt failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
+                           f"{proc.stderr[-2000:]}")
+    t = {}
+    with open(os.path.join(tmp, name, "steps.jsonl")) as f:
+        for line in f:
+            rec = json.loads(line)
+            t[rec["step"]] = rec["t_start"]
+    # Steps are numbered from 1; step k's loop iteration ends when k+1 starts.
+    first = t[2] - t[1]
+    window = (t[warmup + steps + 1] - t[warmup + 1]) / steps
+    per_step = sorted(t[k + 1] - t[k] for k in range(warmup + 1, warmup + steps + 1))
+    return {"step_s": window, "first_step_s": first,
+            "median_step_s": per_step[len(per_step) // 2]}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--exe", default=os.path.join(ROOT, "build", "syncopt"))
-    ap.add_argument("--batches", default="128,512")
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batches", default="32,128,512,1024")
+    ap.add_argument("--warmup", type=int, default=30, help="steps left out before timing")
+    ap.add_argument("--steps", type=int, default=200, help="steps timed after the warm-up")
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--backend", default="cuda",
+                    help="syncopt's compute.backend; cpu only exercises the script without a GPU")
     args = ap.parse_args()
+    if args.warmup < 2:
+        sys.exit("bench: --warmup must be at least 2 (the first step searches algorithms)")
     if not os.path.exists(args.exe):
         sys.exit(f"bench: {args.exe} not found; build with -DSYNCOPT_WITH_CUDA=ON first")
+    peer_note = ""
     try:
         import torch
         if not torch.cuda.is_available():
-            sys.exit("bench: PyTorch sees no GPU")
+            peer_note = "PyTorch sees no GPU"
     except ImportError:
-        sys.exit("bench: the peer, PyTorch with CUDA, is not installed")
+        peer_note = "PyTorch is not installed"
+    if peer_note:
+        print(f"bench: {peer_note}: reporting syncopt's figures alone, no ratio", flush=True)
     results = []
     with tempfile.TemporaryDirectory(prefix="syncopt-bench-cuda-") as tmp:
         for batch in (int(b) for b in args.batches.split(",")):
-            ours, theirs, version, gpu = [], [], "", ""
+            ours, theirs, first_ours, first_theirs, peer = [], [], [], [], {}
             for r in range(args.rounds):
-                ours.append(run_syncopt(args.exe, batch, args.steps, r + 1, tmp))
-                t, version, gpu = run_torch(batch, args.steps, r + 1)
-                theirs.append(t)
-                print(f"  batch {batch} round {r + 1}: syncopt {ours[-1]:10.1f} img/s   "
-                      f"torch {theirs[-1]:10.1f} img/s", flush=True)
-            a, b = statistics.median(ours), statistics.median(theirs)
-            results.append({"batch": batch, "steps": args.steps, "syncopt_img_s": a,
-                            "torch_img_s": b, "ratio": a / b, "torch_version": version,
-                            "gpu": gpu, "precision": "fp32 (no TF32)"})
-    print(f"\nreference CNN training on {results[0]['gpu']}, {args.steps} steps, "
-          f"median of {args.rounds} alternating rounds")
-    print(f"{'batch':>6} {'syncopt img/s':>14} {'torch img/s':>12} {'syncopt/torch':>14}")
+                try:
+                    o = run_syncopt(args.exe, args.backend, batch, args.warmup, args.steps,
+                                    r + 1, tmp)
+                except RuntimeError as e:
+                    sys.exit(f"bench: {e}")
+                ours.append(o["step_s"])
+                first_ours.append(o["first_step_s"])
+                line = f"  batch {batch} round {r + 1}: syncopt {1e3 * o['step_s']:8.3f} ms/step"
+                if not peer_note:
+                    try:
+                        peer = run_torch(batch, args.warmup, args.steps, r + 1)
+                    except RuntimeError as e:
+                        peer_note = f"the PyTorch loop failed: {e}"
+                        print(f"bench: {peer_note}", flush=True)
+                    else:
+                        theirs.append(peer["step_s"])
+                        first_theirs.append(peer["first_step_s"])
+                        line += f"   torch {1e3 * peer['step_s']:8.3f} ms/step"
+                print(line, flush=True)
+            res = {"batch": batch, "backend": args.backend, "warmup": args.warmup, "steps": args.steps,
+                   "rounds": args.rounds, "precision": "fp32 (no TF32 on either side)",
+                   "syncopt_step_ms": 1e3 * statistics.median(ours),
+                   "syncopt_img_s": batch / statistics.median(ours),
+                   "syncopt_first_step_ms": 1e3 * statistics.median(first_ours)}
+            if theirs:
+                res.update({"torch_step_ms": 1e3 * statistics.median(theirs),
+                            "torch_img_s": batch / statistics.median(theirs),
+                            "torch_first_step_ms": 1e3 * statistics.median(first_theirs),
+                            "ratio_syncopt_over_torch": statistics.median(ours) /
+                            statistics.median(theirs),
+                            "torch_version": peer.get("version"), "gpu": peer.get("gpu")})
+            results.append(res)
+    print(f"\nreference CNN training, {args.warmup} warm-up + {args.steps} timed steps, "
+          f"median of {args.rounds} alternating rounds, FP32 without TF32")
+    print(f"{'batch':>6} {'syncopt ms':>11} {'torch ms':>9} {'syncopt/torch':>14} "
+          f"{'1st step syncopt':>17} {'1st step torch':>15}")
     for r in results:
-        print(f"{r['batch']:>6} {r['syncopt_img_s']:>14.1f} {r['torch_img_s']:>12.1f} "
-              f"{r['ratio']:>14.2f}")
-    print(f"(PyTorch {results[0]['torch_version']})")
+        tm = f"{r['torch_step_ms']:9.3f}" if "torch_step_ms" in r else f"{'-':>9}"
+        ratio = f"{r['ratio_syncopt_over_torch']:14.2f}" if "torch_step_ms" in r else f"{'-':>14}"
+        tf = f"{r['torch_first_step_ms']:15.1f}" if "torch_step_ms" in r else f"{'-':>15}"
+        print(f"{r['batch']:>6} {r['syncopt_step_ms']:11.3f} {tm} {ratio} "
+              f"{r['syncopt_first_step_ms']:17.1f} {tf}")
+    print("(step times in ms; ratio < 1: syncopt's step is shorter; the first step holds the "
+          "cuDNN algorithm search and is not in the step times)")
+    if peer_note:
+        print(f"note: no PyTorch figures: {peer_note}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+            json.dump({"results": results, "peer_note": peer_note}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -4,13 +4,17 @@
 #include "common/error.hpp"
 
 #if SYNCOPT_HAS_CUDA
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
 #include "comm/mpi.hpp"
 #include "syncopt_cuda/api.hpp"
 #endif
 
 namespace syncopt::app {
 
-train::Compute make_compute(const std::string& backend, int threads) {
+train::Compute make_compute(const std::string& backend, int threads, double dead_after_s) {
   if (backend == "cpu") {
     nn::make_cpu_backend(threads);  // validates threads now, not on the first rank that computes
     return train::cpu_compute(threads);
@@ -19,23 +23,50 @@ train::Compute make_compute(const std::string& backend, int threads) {
     throw ConfigError("unknown compute.backend \"" + backend + "\"; use \"cpu\" or \"cuda\"");
   }
 #if SYNCOPT_HAS_CUDA
-  train::Compute c = train::cpu_compute(threads);  // the host replica, until cuda/ has its own
-  c.make_backend = [threads](int local_rank) {
-    return cuda::make_cuda_backend(threads, cuda::pick_device(local_rank));
+  // The GPU this rank's backend took, so that the reducer uses the same one.
+  auto rank_device = std::make_shared<int>(-1);
+  cuda::CudaOptions options;
+  options.sync_timeout_s = dead_after_s;
+  train::Compute c;
+  c.make_backend = [threads, options, rank_device](int local_rank) {
+    *rank_device = cuda::pick_device(local_rank);
+    return cuda::make_cuda_backend(threads, *rank_device, options);
   };
-  c.make_reducer = [](MPI_Comm comm) -> std::unique_ptr<comm::Reducer> {
-    if (!cuda::nccl_usable(comm)) return comm::make_mpi_reducer(comm);
-    return cuda::make_nccl_reducer(comm, cuda::pick_device(comm::node_local_rank(comm)));
+  // θ, gradient, optimiser and EMA on the device (local and allreduce).
+  c.make_replica = cuda::make_cuda_replica;
+  c.make_reducer = [rank_device, dead_after_s](MPI_Comm comm) -> std::unique_ptr<comm::Reducer> {
+    // Collective: every rank takes part in each step, device or not.
+    const int local_rank = comm::node_local_rank(comm);
+    int device = *rank_device;
+    if (device < 0) {
+      try {
+        device = cuda::pick_device(local_rank);
+      } catch (const Error&) {
+        device = -1;  // nccl_plan says so, on every rank
+      }
+    }
+    const cuda::NcclPlan plan = cuda::nccl_plan(comm, device);
+    if (!plan.usable) {
+      int rank = 0;
+      SYNCOPT_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+      if (rank == 0) spdlog::warn("allreduce through MPI (host memory), not NCCL: {}", plan.reason);
+      return comm::make_mpi_reducer(comm);
+    }
+    return cuda::make_nccl_reducer(comm, device, dead_after_s);
   };
   c.describe = [](int local_rank) -> std::string {
-    const int n = cuda::device_count();
-    if (n == 0) return "cuda: no CUDA device visible (this rank would fail)";
-    return "cuda:" + std::to_string(local_rank % n) + " of " + std::to_string(n) +
+    const cuda::DeviceProbe p = cuda::probe_devices();
+    if (p.status != cuda::DeviceProbe::Status::kOk) {
+      return "cuda: " + p.message + " (this rank would fail)";
+    }
+    const int device = p.count == 1 ? 0 : local_rank % p.count;
+    return "cuda:" + std::to_string(device) + " of " + std::to_string(p.count) +
            " (node-local rank " + std::to_string(local_rank) + ")";
   };
   return c;
 #else
   (void)threads;
+  (void)dead_after_s;
   throw ConfigError(
       "compute.backend = \"cuda\" but this build has no CUDA backend; rebuild with "
       "-DSYNCOPT_WITH_CUDA=ON on a machine with the CUDA toolkit, or use compute.backend = "

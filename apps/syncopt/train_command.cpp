@@ -116,7 +116,8 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
   comm::agree(MPI_COMM_WORLD, [&] {
     cfg = config::load(args.config_path, args.overrides);
     roles = layout::make_roles(cfg, mpi.size());
-    compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads));
+    compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads),
+                                cfg.cluster.dead_after_s);
   });
   // One experiment, one build: every rank's resolved config and binary
   // must be rank 0's (a different model on one rank would corrupt memory).

@@ -1,25 +1,40 @@
 // CudaBackend / CudaNetwork: the layer list of lib/nn (nn::net_spec, the
 // same parameter layout and order as the CPU backend) run on one GPU:
 // cuDNN for 3x3 convolutions (forward, backward-data, backward-filter; the
-// algorithms found once per batch size) and 2x2 max-pooling, cuBLAS sgemm
+// algorithms chosen once per batch size) and 2x2 max-pooling, cuBLAS sgemm
 // for the fully connected layers, and the kernels of kernels.cu for bias +
-// ReLU, weight normalisation and the softmax cross-entropy.
+// ReLU, the bias gradient, weight normalisation and the softmax
+// cross-entropy.
 //
-// Everything of a step stays on the device: parameters, activations, their
-// gradients and the parameter gradient. The Network interface speaks host
-// pointers, so each call copies params / images / labels in and the grad /
-// logits out, through pinned staging buffers, on the network's own stream.
-// The parameter upload happens on every call (the interface cannot tell
-// whether the caller's buffer changed; 3.4 MB for the reference CNN).
+// Two ways in:
+// - train_step_device (DeviceNetwork): parameters and gradient are device
+//   buffers of the caller (the CudaReplica); only the images and labels go
+//   up and the per-example losses come down.
+// - train_step / predict (nn::Network, host pointers; the parameter-server
+//   workers and evaluation): the parameters go up and the gradient comes
+//   down every call, so the transfers are pipelined with the compute on a
+//   second (copy) stream, layer by layer, ordered by events: layer i's
+//   parameters are staged into pinned memory and copied up while layer i-1
+//   computes, and layer k's gradient is copied down (and unstaged by the
+//   host) while the backward pass goes on below layer k. The host waits
+//   only for the last piece.
 //
-// Numerics: convolutions run in plain FP32 (CUDNN_FMA_MATH: no TF32 tensor
-// cores), and cuBLAS in its default FP32 mode, so the results equal the CPU
-// backend's within float rounding. A CudaNetwork is not thread-safe.
+// Numerics: plain FP32 everywhere, no TF32: convolutions with
+// CUDNN_FMA_MATH, cuBLAS in CUBLAS_DEFAULT_MATH (which keeps FP32 sgemm in
+// FP32). The results equal the CPU backend's within float rounding. With
+// CudaOptions::deterministic the convolution algorithms are picked by
+// cuDNN's heuristics among the deterministic ones, without timing, and every
+// other kernel is deterministic, so two runs agree bit for bit.
+//
+// Every host wait is bounded by CudaOptions::sync_timeout_s (sync.hpp). A
+// CudaNetwork is not thread-safe.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -30,11 +45,11 @@
 #include "common/error.hpp"
 #include "handles.hpp"
 #include "nn/backend.hpp"
-#include "nn/cpu_network.hpp"
 #include "syncopt_cuda/api.hpp"
 #include "syncopt_cuda/check.hpp"
 #include "syncopt_cuda/kernels.hpp"
 #include "syncopt_cuda/memory.hpp"
+#include "syncopt_cuda/sync.hpp"
 
 namespace syncopt::cuda {
 
@@ -55,10 +70,14 @@ struct Layer {
   bool has_params = false;
   int units = 0, fan_in = 0;
   std::size_t w_off = 0, g_off = 0, b_off = 0;  // "<name>.v" (or ".w"), ".g", ".b"
+  std::size_t p_lo = 0, p_hi = 0;               // all of the layer's parameters
   DeviceBuffer<float> w_eff, dw, norm;          // weight-norm scratch
   FilterDesc filter;                            // conv only
   ConvDesc conv;
   PoolDesc pool;
+  // Host-pointer path: parameters up (copy stream), gradient ready (compute
+  // stream), gradient down (copy stream).
+  CudaEvent up, grad_ready, down;
 };
 
 // Per batch size: tensor descriptors and the chosen conv algorithms.
@@ -75,40 +94,64 @@ struct Plan {
   bool has_backward = false;
 };
 
-// The fastest algorithm that succeeded and fits the workspace limit,
-// preferring a deterministic one when it is within 20% of that (so that
-// repeated runs agree bit for bit where it is cheap).
+// Succeeded and fits the workspace limit; with fp32_math, also reported in
+// FMA or default math (a tensor-op entry was timed with TF32). The
+// descriptors stay in CUDNN_FMA_MATH whatever an entry says, so the
+// convolution runs in FP32 either way; the math filter only keeps the
+// choice from resting on a TF32 timing.
 template <class Perf>
-Perf choose(const Perf* perf, int returned, const char* what) {
-  const Perf* best = nullptr;
-  for (int i = 0; i < returned; ++i) {
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspaceNbytes) {
-      best = &perf[i];
-      break;
-    }
-  }
-  if (best == nullptr) {
-    throw InternalError(std::string("cuDNN found no usable ") + what +
-                        " algorithm for this layer shape");
-  }
-  if (best->determinism != CUDNN_DETERMINISTIC) {
-    for (int i = 0; i < returned; ++i) {
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspaceNbytes &&
-          perf[i].determinism == CUDNN_DETERMINISTIC && perf[i].time <= 1.2f * best->time) {
-        return perf[i];
-      }
-    }
-  }
-  return *best;
+bool usable(const Perf& p, bool fp32_math) {
+  return p.status == CUDNN_STATUS_SUCCESS && p.memory <= kMaxWorkspaceNbytes &&
+         (!fp32_math || p.mathType == CUDNN_FMA_MATH || p.mathType == CUDNN_DEFAULT_MATH);
 }
 
-class CudaNetwork final : public nn::Network {
+// Timed (cudnnFind) results, fastest first: the fastest usable algorithm,
+// or a deterministic one when it is within 20% of that (so that repeated
+// runs agree bit for bit where it is cheap). Heuristic (cudnnGet_v7)
+// results in deterministic mode: the first usable deterministic one.
+// Entries in FP32 math first; any math only when there are none.
+template <class Perf>
+Perf choose(const Perf* perf, int returned, bool deterministic, const char* what) {
+  for (const bool fp32_math : {true, false}) {
+    const Perf* best = nullptr;
+    for (int i = 0; i < returned && best == nullptr; ++i) {
+      if (usable(perf[i], fp32_math) &&
+          (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
+        best = &perf[i];
+      }
+    }
+    if (best == nullptr) continue;
+    if (!deterministic && best->determinism != CUDNN_DETERMINISTIC) {
+      for (int i = 0; i < returned; ++i) {
+        if (usable(perf[i], fp32_math) && perf[i].determinism == CUDNN_DETERMINISTIC &&
+            perf[i].time <= 1.2f * best->time) {
+          return perf[i];
+        }
+      }
+    }
+    return *best;
+  }
+  throw InternalError(std::string("cuDNN found no usable ") +
+                      (deterministic ? "deterministic " : "") + what +
+                      " algorithm for this layer shape");
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+class CudaNetwork final : public DeviceNetwork {
  public:
-  CudaNetwork(nn::NetSpec net, int max_batch, int device)
-      : m_net(std::move(net)), m_max_batch(checked_batch(max_batch)), m_device(activate(device)) {
+  CudaNetwork(nn::NetSpec net, int max_batch, int device, const CudaOptions& options)
+      : m_net(std::move(net)),
+        m_options(options),
+        m_max_batch(checked_batch(max_batch)),
+        m_device(activate(device)) {
     m_layout = nn::param_layout(m_net);
     m_classes = static_cast<int>(nn::output_count(m_net));
     SYNCOPT_CHECK_CUBLAS(cublasSetStream(m_cublas.get(), m_stream.get()));
+    // FP32 sgemm stays FP32 in the default mode (no TF32); said explicitly.
+    SYNCOPT_CHECK_CUBLAS(cublasSetMathMode(m_cublas.get(), CUBLAS_DEFAULT_MATH));
     SYNCOPT_CHECK_CUDNN(cudnnSetStream(m_cudnn.get(), m_stream.get()));
     build_layers();
     const std::size_t n = static_cast<std::size_t>(max_batch);
@@ -127,64 +170,88 @@ class CudaNetwork final : public nn::Network {
   }
 
   ~CudaNetwork() override {
-    // Nothing may still run on the stream when the buffers are freed.
-    (void)cudaSetDevice(m_device);
-    (void)cudaStreamSynchronize(m_stream.get());
+    // Nothing may still run on the streams when the buffers are freed; a
+    // bounded wait, and nothing thrown from here.
+    try {
+      (void)cudaSetDevice(m_device);
+      wait_stream(m_copy.get(), m_options.sync_timeout_s, "the network's teardown");
+      wait_stream(m_stream.get(), m_options.sync_timeout_s, "the network's teardown");
+    } catch (...) {
+    }
   }
 
   CudaNetwork(const CudaNetwork&) = delete;
   CudaNetwork& operator=(const CudaNetwork&) = delete;
 
   int max_batch() const override { return m_max_batch; }
+  int device() const override { return m_device; }
+  void* stream() const override { return m_stream.get(); }
+  double sync_timeout_s() const override { return m_options.sync_timeout_s; }
 
-  // params, grad [layout.count]; images [batch, C, H, W]; labels [batch].
+  // params, grad [layout.count] host; images [batch, C, H, W]; labels [batch].
   float train_step(const float* params, const float* images, const std::int32_t* labels, int batch,
                    float* grad) override {
-    if (images == nullptr || labels == nullptr ||
-        ((params == nullptr || grad == nullptr) && m_layout.count > 0)) {
+    if (images == nullptr || labels == nullptr || params == nullptr || grad == nullptr) {
       throw InternalError("CudaNetwork::train_step: null buffer");
     }
     SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
     Plan& plan = plan_for(batch, true);
-    const cudaStream_t s = m_stream.get();
-    upload(params, images, batch);
-    std::memcpy(m_h_labels.get(), labels, static_cast<std::size_t>(batch) * sizeof(std::int32_t));
-    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_labels.get(), m_h_labels.get(),
-                                       static_cast<std::size_t>(batch) * sizeof(std::int32_t),
-                                       cudaMemcpyHostToDevice, s));
-    forward(plan);
-    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(m_bad_label.get(), 0, sizeof(int), s));
-    softmax_cross_entropy(m_t.back().get(), m_labels.get(), batch, m_classes, m_loss.get(),
-                          m_d.back().get(), m_bad_label.get(), s);
-    backward(plan);
-    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_grad.get(), m_grad.get(), m_grad.nbytes(),
-                                       cudaMemcpyDeviceToHost, s));
-    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_loss.get(), m_loss.get(),
-                                       static_cast<std::size_t>(batch) * sizeof(double),
-                                       cudaMemcpyDeviceToHost, s));
-    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_bad_label.get(), m_bad_label.get(), sizeof(int),
-                                       cudaMemcpyDeviceToHost, s));
-    m_stream.synchronize();
-    if (*m_h_bad_label.get() != 0) throw_bad_label(labels, batch);
-    if (m_layout.count > 0) std::memcpy(grad, m_h_grad.get(), m_grad.nbytes());
-    double total = 0.0;
-    for (int r = 0; r < batch; ++r) total += m_h_loss.get()[r];
-    return static_cast<float>(total / batch);
+    const cudaStream_t s = m_stream.get(), c = m_copy.get();
+    // The copy stream refills buffers the compute stream may still read.
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(m_compute_done.get(), s));
+    SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(c, m_compute_done.get(), 0));
+    stage_inputs(images, labels, batch, c);
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(m_inputs_up.get(), c));
+    SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(s, m_inputs_up.get(), 0));
+    forward(plan, m_params.get(), params);
+    loss_and_dlogits(batch);
+    backward(plan, m_params.get(), m_grad.get(), true);
+    download_losses(batch);
+    // Unstage each layer's gradient as soon as it is down, last layer first
+    // (the order the backward pass finishes them).
+    for (std::size_t k = m_layers.size(); k-- > 0;) {
+      const Layer& l = m_layers[k];
+      if (!l.has_params) continue;
+      wait_event(l.down.get(), m_options.sync_timeout_s, "the gradient download of " + l.spec.name);
+      std::memcpy(grad + l.p_lo, m_h_grad.get() + l.p_lo, (l.p_hi - l.p_lo) * sizeof(float));
+    }
+    return finish_loss(labels, batch);
+  }
+
+  // d_params, d_grad [layout.count] device; images, labels host.
+  float train_step_device(const float* d_params, const float* images, const std::int32_t* labels,
+                          int batch, float* d_grad) override {
+    if (images == nullptr || labels == nullptr || d_params == nullptr || d_grad == nullptr) {
+      throw InternalError("CudaNetwork::train_step_device: null buffer");
+    }
+    SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
+    Plan& plan = plan_for(batch, true);
+    stage_inputs(images, labels, batch, m_stream.get());
+    forward(plan, d_params, nullptr);
+    loss_and_dlogits(batch);
+    backward(plan, d_params, d_grad, false);
+    download_losses(batch);
+    return finish_loss(labels, batch);
   }
 
   // logits [batch, classes].
   void predict(const float* params, const float* images, int batch, float* logits) override {
-    if (images == nullptr || logits == nullptr || (params == nullptr && m_layout.count > 0)) {
+    if (images == nullptr || logits == nullptr || params == nullptr) {
       throw InternalError("CudaNetwork::predict: null buffer");
     }
     SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
     Plan& plan = plan_for(batch, false);
-    upload(params, images, batch);
-    forward(plan);
+    const cudaStream_t s = m_stream.get(), c = m_copy.get();
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(m_compute_done.get(), s));
+    SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(c, m_compute_done.get(), 0));
+    stage_inputs(images, nullptr, batch, c);
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(m_inputs_up.get(), c));
+    SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(s, m_inputs_up.get(), 0));
+    forward(plan, m_params.get(), params);
     const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(m_classes);
     SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_logits.get(), m_t.back().get(), n * sizeof(float),
-                                       cudaMemcpyDeviceToHost, m_stream.get()));
-    m_stream.synchronize();
+                                       cudaMemcpyDeviceToHost, s));
+    wait_stream(s, m_options.sync_timeout_s, "predict");
     std::memcpy(logits, m_h_logits.get(), n * sizeof(float));
   }
 
@@ -195,8 +262,8 @@ class CudaNetwork final : public nn::Network {
     }
     return max_batch;
   }
-  // Makes `device` current before the stream and handles below are created
-  // (they belong to the device that is current at their creation).
+  // Makes `device` current before the streams, events and handles below are
+  // created (they belong to the device that is current at their creation).
   static int activate(int device) {
     SYNCOPT_CHECK_CUDA(cudaSetDevice(device));
     return device;
@@ -207,6 +274,8 @@ class CudaNetwork final : public nn::Network {
     std::vector<std::int64_t> in = {m_net.channels, m_net.height, m_net.width};
     m_layers.resize(m_net.layers.size());
     if (m_layers.empty()) throw ConfigError("a model needs at least one layer");
+    std::size_t next_param = 0;  // the layers' parameter ranges tile the layout in order
+    std::size_t scratch = 0;
     for (std::size_t i = 0; i < m_net.layers.size(); ++i) {
       Layer& l = m_layers[i];
       l.spec = m_net.layers[i];
@@ -229,14 +298,16 @@ class CudaNetwork final : public nn::Network {
           SYNCOPT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(
               l.conv.get(), 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
           SYNCOPT_CHECK_CUDNN(cudnnSetConvolutionMathType(l.conv.get(), CUDNN_FMA_MATH));
+          scratch =
+              std::max(scratch, bias_backward_scratch(m_max_batch, l.out_c, l.out_h * l.out_w));
           break;
         case LayerKind::kFc:
           l.fan_in = static_cast<int>(l.in_per);
           break;
         case LayerKind::kMaxPool2x2:
-          SYNCOPT_CHECK_CUDNN(cudnnSetPooling2dDescriptor(l.pool.get(),
-                                                          CUDNN_POOLING_MAX_DETERMINISTIC,
-                                                          CUDNN_NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2));
+          SYNCOPT_CHECK_CUDNN(
+              cudnnSetPooling2dDescriptor(l.pool.get(), CUDNN_POOLING_MAX_DETERMINISTIC,
+                                          CUDNN_NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2));
           break;
         case LayerKind::kRelu:
           break;
@@ -255,9 +326,20 @@ class CudaNetwork final : public nn::Network {
           l.w_off = m_layout.find(name + ".w").offset;
         }
         l.b_off = m_layout.find(name + ".b").offset;
+        l.p_lo = l.w_off;
+        l.p_hi = l.b_off + static_cast<std::size_t>(l.units);
+        if (l.p_lo != next_param || l.p_hi <= l.p_lo) {
+          throw InternalError("the parameters of layer '" + name +
+                              "' are not the next contiguous range of the layout");
+        }
+        next_param = l.p_hi;
       }
       in = shapes[i];
     }
+    if (next_param != m_layout.count) {
+      throw InternalError("the layers' parameters do not cover the parameter layout");
+    }
+    m_bias_scratch = DeviceBuffer<double>(scratch);
   }
 
   Plan& plan_for(int batch, bool backward) {
@@ -274,29 +356,30 @@ class CudaNetwork final : public nn::Network {
 
   void ensure_workspace(std::size_t nbytes) {
     if (nbytes <= m_workspace.nbytes()) return;
-    m_stream.synchronize();  // the old workspace may be in use by queued work
+    // The old workspace may be in use by queued work.
+    wait_stream(m_stream.get(), m_options.sync_timeout_s, "a cuDNN workspace resize");
     m_workspace = DeviceBuffer<unsigned char>();
     m_workspace = DeviceBuffer<unsigned char>(nbytes);
   }
 
   Plan build_forward(int batch) {
+    const auto t0 = std::chrono::steady_clock::now();
     Plan plan;
     plan.batch = batch;
     plan.layers.resize(m_layers.size());
     cudnnHandle_t h = m_cudnn.get();
+    std::string algos;
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
       Layer& l = m_layers[i];
       LayerPlan& lp = plan.layers[i];
-      SYNCOPT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(lp.x.get(), CUDNN_TENSOR_NCHW,
-                                                     CUDNN_DATA_FLOAT, batch, l.in_c, l.in_h,
-                                                     l.in_w));
-      SYNCOPT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(lp.y.get(), CUDNN_TENSOR_NCHW,
-                                                     CUDNN_DATA_FLOAT, batch, l.out_c, l.out_h,
-                                                     l.out_w));
+      SYNCOPT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(
+          lp.x.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, batch, l.in_c, l.in_h, l.in_w));
+      SYNCOPT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(
+          lp.y.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, batch, l.out_c, l.out_h, l.out_w));
       if (l.spec.kind == LayerKind::kMaxPool2x2) {
         int n = 0, c = 0, oh = 0, ow = 0;
-        SYNCOPT_CHECK_CUDNN(cudnnGetPooling2dForwardOutputDim(l.pool.get(), lp.x.get(), &n, &c,
-                                                              &oh, &ow));
+        SYNCOPT_CHECK_CUDNN(
+            cudnnGetPooling2dForwardOutputDim(l.pool.get(), lp.x.get(), &n, &c, &oh, &ow));
         if (oh != l.out_h || ow != l.out_w) {
           throw InternalError("cuDNN max-pool output " + std::to_string(oh) + "x" +
                               std::to_string(ow) + " differs from the model's " +
@@ -306,43 +389,72 @@ class CudaNetwork final : public nn::Network {
       if (l.spec.kind != LayerKind::kConv3x3) continue;
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       int returned = 0;
-      SYNCOPT_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithm(
-          h, lp.x.get(), l.filter.get(), l.conv.get(), lp.y.get(),
-          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
-      lp.fwd_algo = choose(perf, returned, "forward convolution").algo;
+      if (m_options.deterministic) {
+        SYNCOPT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
+            h, lp.x.get(), l.filter.get(), l.conv.get(), lp.y.get(),
+            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+      } else {
+        SYNCOPT_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithm(
+            h, lp.x.get(), l.filter.get(), l.conv.get(), lp.y.get(),
+            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+      }
+      lp.fwd_algo = choose(perf, returned, m_options.deterministic, "forward convolution").algo;
       std::size_t ws = 0;
       SYNCOPT_CHECK_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(
           h, lp.x.get(), l.filter.get(), l.conv.get(), lp.y.get(), lp.fwd_algo, &ws));
       ensure_workspace(ws);
+      algos += " " + l.spec.name + ".fwd=" + std::to_string(static_cast<int>(lp.fwd_algo));
     }
+    spdlog::debug("cuda: batch {} forward plan in {:.1f} ms ({} algorithms):{}", batch,
+                  1e3 * seconds_since(t0), m_options.deterministic ? "heuristic" : "timed", algos);
     return plan;
   }
 
   void build_backward(Plan& plan) {
+    const auto t0 = std::chrono::steady_clock::now();
     cudnnHandle_t h = m_cudnn.get();
+    std::string algos;
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
       Layer& l = m_layers[i];
       LayerPlan& lp = plan.layers[i];
       if (l.spec.kind != LayerKind::kConv3x3) continue;
       cudnnConvolutionBwdFilterAlgoPerf_t fperf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
       int returned = 0;
-      SYNCOPT_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(
-          h, lp.x.get(), lp.y.get(), l.conv.get(), l.filter.get(),
-          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, fperf));
-      lp.bwd_filter_algo = choose(fperf, returned, "backward-filter convolution").algo;
+      if (m_options.deterministic) {
+        SYNCOPT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, lp.x.get(), lp.y.get(), l.conv.get(), l.filter.get(),
+            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, fperf));
+      } else {
+        SYNCOPT_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(
+            h, lp.x.get(), lp.y.get(), l.conv.get(), l.filter.get(),
+            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, fperf));
+      }
+      lp.bwd_filter_algo =
+          choose(fperf, returned, m_options.deterministic, "backward-filter convolution").algo;
       std::size_t ws = 0;
       SYNCOPT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
           h, lp.x.get(), lp.y.get(), l.conv.get(), l.filter.get(), lp.bwd_filter_algo, &ws));
       ensure_workspace(ws);
+      algos +=
+          " " + l.spec.name + ".bwd_filter=" + std::to_string(static_cast<int>(lp.bwd_filter_algo));
       if (i == 0) continue;  // no gradient w.r.t. the images
       cudnnConvolutionBwdDataAlgoPerf_t dperf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      SYNCOPT_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(
-          h, l.filter.get(), lp.y.get(), l.conv.get(), lp.x.get(),
-          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, dperf));
-      lp.bwd_data_algo = choose(dperf, returned, "backward-data convolution").algo;
+      if (m_options.deterministic) {
+        SYNCOPT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, l.filter.get(), lp.y.get(), l.conv.get(), lp.x.get(),
+            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, dperf));
+      } else {
+        SYNCOPT_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(
+            h, l.filter.get(), lp.y.get(), l.conv.get(), lp.x.get(),
+            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, dperf));
+      }
+      lp.bwd_data_algo =
+          choose(dperf, returned, m_options.deterministic, "backward-data convolution").algo;
       SYNCOPT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(
           h, l.filter.get(), lp.y.get(), l.conv.get(), lp.x.get(), lp.bwd_data_algo, &ws));
       ensure_workspace(ws);
+      algos +=
+          " " + l.spec.name + ".bwd_data=" + std::to_string(static_cast<int>(lp.bwd_data_algo));
     }
     // The gradient buffers exist once a network trains (evaluation-only
     // networks never pay for them). m_d[i] = dL/dm_t[i]; m_d[0] is unused.
@@ -354,30 +466,84 @@ class CudaNetwork final : public nn::Network {
       m_h_grad = PinnedBuffer<float>(m_layout.count);
     }
     plan.has_backward = true;
+    spdlog::debug("cuda: batch {} backward plan in {:.1f} ms ({} algorithms):{}", plan.batch,
+                  1e3 * seconds_since(t0), m_options.deterministic ? "heuristic" : "timed", algos);
   }
 
-  void upload(const float* params, const float* images, int batch) {
-    const cudaStream_t s = m_stream.get();
-    // The previous call's copies out of the staging buffers are complete
-    // (every call ends with a stream synchronize), so they can be refilled.
-    if (m_layout.count > 0) {
-      std::memcpy(m_h_params.get(), params, m_params.nbytes());
-      SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_params.get(), m_h_params.get(), m_params.nbytes(),
-                                         cudaMemcpyHostToDevice, s));
-    }
+  // Images (and labels, unless null) into pinned staging, then up on
+  // `stream`. The staging buffers are free: every call ends with a wait for
+  // the stream that last read them.
+  void stage_inputs(const float* images, const std::int32_t* labels, int batch,
+                    cudaStream_t stream) {
     const std::size_t image_nbytes =
         static_cast<std::size_t>(batch) * m_layers.front().in_per * sizeof(float);
     std::memcpy(m_h_images.get(), images, image_nbytes);
     SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_t[0].get(), m_h_images.get(), image_nbytes,
-                                       cudaMemcpyHostToDevice, s));
+                                       cudaMemcpyHostToDevice, stream));
+    if (labels == nullptr) return;
+    const std::size_t label_nbytes = static_cast<std::size_t>(batch) * sizeof(std::int32_t);
+    std::memcpy(m_h_labels.get(), labels, label_nbytes);
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_labels.get(), m_h_labels.get(), label_nbytes,
+                                       cudaMemcpyHostToDevice, stream));
+  }
+
+  // Host-pointer path: layer l's parameters from `host` into m_params on the
+  // copy stream; the compute stream waits for them.
+  void upload_layer(Layer& l, const float* host) {
+    const std::size_t nbytes = (l.p_hi - l.p_lo) * sizeof(float);
+    std::memcpy(m_h_params.get() + l.p_lo, host + l.p_lo, nbytes);
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_params.get() + l.p_lo, m_h_params.get() + l.p_lo, nbytes,
+                                       cudaMemcpyHostToDevice, m_copy.get()));
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(l.up.get(), m_copy.get()));
+    SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(m_stream.get(), l.up.get(), 0));
+  }
+
+  // Host-pointer path: once layer l's gradient is complete on the compute
+  // stream, down into pinned staging on the copy stream.
+  void download_layer(Layer& l) {
+    const std::size_t nbytes = (l.p_hi - l.p_lo) * sizeof(float);
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(l.grad_ready.get(), m_stream.get()));
+    SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(m_copy.get(), l.grad_ready.get(), 0));
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_grad.get() + l.p_lo, m_grad.get() + l.p_lo, nbytes,
+                                       cudaMemcpyDeviceToHost, m_copy.get()));
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(l.down.get(), m_copy.get()));
+  }
+
+  // Softmax cross-entropy of the logits: per-example losses and dL/dlogits.
+  void loss_and_dlogits(int batch) {
+    const cudaStream_t s = m_stream.get();
+    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(m_bad_label.get(), 0, sizeof(int), s));
+    softmax_cross_entropy(m_t.back().get(), m_labels.get(), batch, m_classes, m_loss.get(),
+                          m_d.back().get(), m_bad_label.get(), s);
+  }
+
+  void download_losses(int batch) {
+    const cudaStream_t s = m_stream.get();
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_loss.get(), m_loss.get(),
+                                       static_cast<std::size_t>(batch) * sizeof(double),
+                                       cudaMemcpyDeviceToHost, s));
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_bad_label.get(), m_bad_label.get(), sizeof(int),
+                                       cudaMemcpyDeviceToHost, s));
+  }
+
+  // Waits for the compute stream; the mean loss, summed in example order.
+  float finish_loss(const std::int32_t* labels, int batch) {
+    wait_stream(m_stream.get(), m_options.sync_timeout_s, "a training step");
+    if (*m_h_bad_label.get() != 0) throw_bad_label(labels, batch);
+    double total = 0.0;
+    for (int r = 0; r < batch; ++r) total += m_h_loss.get()[r];
+    return static_cast<float>(total / batch);
   }
 
   // The weights the layer computes with: w = g v / ||v|| (weight norm) or w.
-  const float* weights(const Layer& l) const {
-    return m_net.weight_norm ? l.w_eff.get() : m_params.get() + l.w_off;
+  const float* weights(const Layer& l, const float* P) const {
+    return m_net.weight_norm ? l.w_eff.get() : P + l.w_off;
   }
 
-  void forward(Plan& plan) {
+  // Forward pass at parameters P (device). host_params non-null: the
+  // host-pointer path, which uploads each layer's parameters from there
+  // into P (= m_params) just before the layer runs.
+  void forward(Plan& plan, const float* P, const float* host_params) {
     const cudaStream_t s = m_stream.get();
     const float one = 1.0f, zero = 0.0f;
     const int n = plan.batch;
@@ -386,33 +552,33 @@ class CudaNetwork final : public nn::Network {
       LayerPlan& lp = plan.layers[i];
       const float* x = m_t[i].get();
       float* y = m_t[i + 1].get();
+      if (l.has_params && host_params != nullptr) upload_layer(l, host_params);
       if (l.has_params && m_net.weight_norm) {
-        weight_norm_forward(m_params.get() + l.w_off, m_params.get() + l.g_off, l.units, l.fan_in,
-                            l.w_eff.get(), l.norm.get(), s);
+        weight_norm_forward(P + l.w_off, P + l.g_off, l.units, l.fan_in, l.w_eff.get(),
+                            l.norm.get(), s);
       }
       switch (l.spec.kind) {
         case LayerKind::kConv3x3:
           SYNCOPT_CHECK_CUDNN(cudnnConvolutionForward(
-              m_cudnn.get(), &one, lp.x.get(), x, l.filter.get(), weights(l), l.conv.get(),
+              m_cudnn.get(), &one, lp.x.get(), x, l.filter.get(), weights(l, P), l.conv.get(),
               lp.fwd_algo, m_workspace.get(), m_workspace.nbytes(), &zero, lp.y.get(), y));
-          bias_act_forward(y, m_params.get() + l.b_off, n, l.out_c, l.out_h * l.out_w,
-                           l.spec.relu, s);
+          bias_act_forward(y, P + l.b_off, n, l.out_c, l.out_h * l.out_w, l.spec.relu, s);
           break;
         case LayerKind::kFc:
           // Row-major y [n, out] = x [n, in] w[out, in]^T, i.e. column-major
           // y^T (out x n) = op_T(w as in x out) * x^T (in x n).
           SYNCOPT_CHECK_CUBLAS(cublasSgemm(m_cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, l.units, n,
-                                           l.fan_in, &one, weights(l), l.fan_in, x, l.fan_in,
+                                           l.fan_in, &one, weights(l, P), l.fan_in, x, l.fan_in,
                                            &zero, y, l.units));
-          bias_act_forward(y, m_params.get() + l.b_off, n, l.units, 1, l.spec.relu, s);
+          bias_act_forward(y, P + l.b_off, n, l.units, 1, l.spec.relu, s);
           break;
         case LayerKind::kMaxPool2x2:
-          SYNCOPT_CHECK_CUDNN(cudnnPoolingForward(m_cudnn.get(), l.pool.get(), &one, lp.x.get(),
-                                                  x, &zero, lp.y.get(), y));
+          SYNCOPT_CHECK_CUDNN(cudnnPoolingForward(m_cudnn.get(), l.pool.get(), &one, lp.x.get(), x,
+                                                  &zero, lp.y.get(), y));
           break;
         case LayerKind::kRelu:
-          SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(y, x, static_cast<std::size_t>(n) * l.in_per *
-                                                       sizeof(float),
+          SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(y, x,
+                                             static_cast<std::size_t>(n) * l.in_per * sizeof(float),
                                              cudaMemcpyDeviceToDevice, s));
           bias_act_forward(y, nullptr, n, l.out_c, l.out_h * l.out_w, true, s);
           break;
@@ -420,12 +586,13 @@ class CudaNetwork final : public nn::Network {
     }
   }
 
-  // Expects m_d.back() = dL/dlogits. Writes m_grad.
-  void backward(Plan& plan) {
+  // Backward pass at parameters P; expects m_d.back() = dL/dlogits; writes
+  // the gradient G (device). download: the host-pointer path (G = m_grad),
+  // which copies each layer's gradient down once it is complete.
+  void backward(Plan& plan, const float* P, float* G, bool download) {
     const cudaStream_t s = m_stream.get();
     const float one = 1.0f, zero = 0.0f;
     const int n = plan.batch;
-    float* grad = m_grad.get();
     for (std::size_t k = m_layers.size(); k-- > 0;) {
       Layer& l = m_layers[k];
       LayerPlan& lp = plan.layers[k];
@@ -440,35 +607,35 @@ class CudaNetwork final : public nn::Network {
         case LayerKind::kFc: {
           if (l.spec.relu) relu_backward(y, dy, out_count, dy, s);
           const int hw = l.out_h * l.out_w;
-          bias_backward(dy, n, l.out_c, hw, grad + l.b_off, s);
-          float* dw = m_net.weight_norm ? l.dw.get() : grad + l.w_off;
+          bias_backward(dy, n, l.out_c, hw, G + l.b_off, m_bias_scratch.get(), s);
+          float* dw = m_net.weight_norm ? l.dw.get() : G + l.w_off;
           if (l.spec.kind == LayerKind::kConv3x3) {
-            SYNCOPT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
-                m_cudnn.get(), &one, lp.x.get(), x, lp.y.get(), dy, l.conv.get(),
-                lp.bwd_filter_algo, m_workspace.get(), m_workspace.nbytes(), &zero,
-                l.filter.get(), dw));
+            SYNCOPT_CHECK_CUDNN(
+                cudnnConvolutionBackwardFilter(m_cudnn.get(), &one, lp.x.get(), x, lp.y.get(), dy,
+                                               l.conv.get(), lp.bwd_filter_algo, m_workspace.get(),
+                                               m_workspace.nbytes(), &zero, l.filter.get(), dw));
           } else {
             // Row-major dw [out, in] = dy^T x, i.e. column-major
             // dw^T (in x out) = x^T (in x n) * op_T(dy^T as out x n).
             SYNCOPT_CHECK_CUBLAS(cublasSgemm(m_cublas.get(), CUBLAS_OP_N, CUBLAS_OP_T, l.fan_in,
-                                             l.units, n, &one, x, l.fan_in, dy, l.units, &zero,
-                                             dw, l.fan_in));
+                                             l.units, n, &one, x, l.fan_in, dy, l.units, &zero, dw,
+                                             l.fan_in));
           }
           if (m_net.weight_norm) {
-            weight_norm_backward(l.dw.get(), m_params.get() + l.w_off, m_params.get() + l.g_off,
-                                 l.norm.get(), l.units, l.fan_in, grad + l.w_off, grad + l.g_off,
-                                 s);
+            weight_norm_backward(l.dw.get(), P + l.w_off, P + l.g_off, l.norm.get(), l.units,
+                                 l.fan_in, G + l.w_off, G + l.g_off, s);
           }
+          if (download) download_layer(l);
           if (!need_data) break;
           if (l.spec.kind == LayerKind::kConv3x3) {
             SYNCOPT_CHECK_CUDNN(cudnnConvolutionBackwardData(
-                m_cudnn.get(), &one, l.filter.get(), weights(l), lp.y.get(), dy, l.conv.get(),
+                m_cudnn.get(), &one, l.filter.get(), weights(l, P), lp.y.get(), dy, l.conv.get(),
                 lp.bwd_data_algo, m_workspace.get(), m_workspace.nbytes(), &zero, lp.x.get(), dx));
           } else {
             // Row-major dx [n, in] = dy [n, out] w [out, in], i.e. column-major
             // dx^T (in x n) = (w as in x out) * dy^T (out x n).
             SYNCOPT_CHECK_CUBLAS(cublasSgemm(m_cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, l.fan_in, n,
-                                             l.units, &one, weights(l), l.fan_in, dy, l.units,
+                                             l.units, &one, weights(l, P), l.fan_in, dy, l.units,
                                              &zero, dx, l.fan_in));
           }
           break;
@@ -477,12 +644,12 @@ class CudaNetwork final : public nn::Network {
           if (!need_data) break;
           // An odd row / column is in no window: its gradient is zero.
           if (l.in_h % 2 != 0 || l.in_w % 2 != 0) {
-            SYNCOPT_CHECK_CUDA(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(n) * l.in_per *
-                                                          sizeof(float), s));
+            SYNCOPT_CHECK_CUDA(
+                cudaMemsetAsync(dx, 0, static_cast<std::size_t>(n) * l.in_per * sizeof(float), s));
           }
-          SYNCOPT_CHECK_CUDNN(cudnnPoolingBackward(m_cudnn.get(), l.pool.get(), &one, lp.y.get(),
-                                                   y, lp.y.get(), dy, lp.x.get(), x, &zero,
-                                                   lp.x.get(), dx));
+          SYNCOPT_CHECK_CUDNN(cudnnPoolingBackward(m_cudnn.get(), l.pool.get(), &one, lp.y.get(), y,
+                                                   lp.y.get(), dy, lp.x.get(), x, &zero, lp.x.get(),
+                                                   dx));
           break;
         case LayerKind::kRelu:
           if (need_data) relu_backward(y, dy, out_count, dx, s);
@@ -499,22 +666,27 @@ class CudaNetwork final : public nn::Network {
                         "); the dataset's class count does not match the model");
       }
     }
-    throw InternalError("the GPU saw a label outside [0, classes) that the host copy does not have");
+    throw InternalError(
+        "the GPU saw a label outside [0, classes) that the host copy does not have");
   }
 
   nn::NetSpec m_net;
+  CudaOptions m_options;
   nn::ParamLayout m_layout;
   int m_max_batch = 0;
   int m_device = 0;  // initialised (and made current) before the members below
   int m_classes = 0;
   // Declared before the buffers so that they are destroyed after them.
-  CudaStream m_stream;
+  CudaStream m_stream;  // all compute
+  CudaStream m_copy;    // the host-pointer path's transfers
+  CudaEvent m_compute_done, m_inputs_up;
   CublasHandle m_cublas;
   CudnnHandle m_cudnn;
   std::vector<Layer> m_layers;
   std::map<int, Plan> m_plans;
   DeviceBuffer<unsigned char> m_workspace;
-  DeviceBuffer<float> m_params, m_grad;
+  DeviceBuffer<double> m_bias_scratch;
+  DeviceBuffer<float> m_params, m_grad;       // the host-pointer path's device copies
   std::vector<DeviceBuffer<float>> m_t, m_d;  // m_t[0] = images, m_t.back() = logits
   DeviceBuffer<std::int32_t> m_labels;
   DeviceBuffer<double> m_loss;
@@ -527,31 +699,33 @@ class CudaNetwork final : public nn::Network {
 
 class CudaBackend final : public nn::Backend {
  public:
-  explicit CudaBackend(int device) : m_device(device) {}
+  CudaBackend(int device, const CudaOptions& options) : m_device(device), m_options(options) {}
   std::string name() const override { return "cuda"; }
   std::unique_ptr<nn::Network> make_network(const nn::ModelSpec& spec, int max_batch) override {
-    return std::make_unique<CudaNetwork>(nn::net_spec(spec), max_batch, m_device);
+    return std::make_unique<CudaNetwork>(nn::net_spec(spec), max_batch, m_device, m_options);
   }
 
  private:
   int m_device;
+  CudaOptions m_options;
 };
 
 }  // namespace
 
-std::unique_ptr<nn::Backend> make_cuda_backend(int threads, int device) {
+std::unique_ptr<nn::Backend> make_cuda_backend(int threads, int device,
+                                               const CudaOptions& options) {
   const int n = device_count();
   if (n == 0) {
-    throw ConfigError(
-        "compute.backend = \"cuda\" but this process sees no CUDA device (no driver, no GPU, or "
-        "CUDA_VISIBLE_DEVICES hides them); run on a GPU node or use compute.backend = \"cpu\"");
+    throw ConfigError("compute.backend = \"cuda\" but this process sees no CUDA device (" +
+                      probe_devices().message +
+                      "); run on a GPU node or use compute.backend = \"cpu\"");
   }
   if (device < 0 || device >= n) {
-    throw ConfigError("CUDA device " + std::to_string(device) + " does not exist; this process sees " +
-                      std::to_string(n) + " device(s)");
+    throw ConfigError("CUDA device " + std::to_string(device) +
+                      " does not exist; this process sees " + std::to_string(n) + " device(s)");
   }
   (void)threads;  // the host side of a step is one thread
-  return std::make_unique<CudaBackend>(device);
+  return std::make_unique<CudaBackend>(device, options);
 }
 
 }  // namespace syncopt::cuda

@@ -1,6 +1,7 @@
 // The backend's small CUDA kernels (see syncopt_cuda/kernels.hpp for the
-// formulas). Elementwise kernels use grid-stride loops; per-unit reductions
-// use one block per unit and accumulate in double, like the CPU reference.
+// formulas and shapes). Elementwise kernels use grid-stride loops; reductions
+// accumulate in double in a fixed order (deterministic), like the CPU
+// reference.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,7 +25,8 @@ unsigned int blocks_for(std::size_t n) {
 
 void check_launch(const char* kernel) {
   const cudaError_t rc = cudaGetLastError();
-  if (rc != cudaSuccess) detail::throw_error("CUDA", cudaGetErrorString(rc), kernel, __FILE__, __LINE__);
+  if (rc != cudaSuccess)
+    detail::throw_error("CUDA", cudaGetErrorString(rc), kernel, __FILE__, __LINE__);
 }
 
 // Sum of `v` over the block (all threads get the result). kThreads threads.
@@ -50,7 +52,8 @@ __global__ void bias_act_kernel(float* y, const float* bias, std::size_t total, 
                                 bool relu) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < total;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const int ch = static_cast<int>((i / static_cast<std::size_t>(hw)) % static_cast<std::size_t>(c));
+    const int ch =
+        static_cast<int>((i / static_cast<std::size_t>(hw)) % static_cast<std::size_t>(c));
     const float v = y[i] + (bias != nullptr ? bias[ch] : 0.0f);
     y[i] = relu ? fmaxf(v, 0.0f) : v;
   }
@@ -63,17 +66,63 @@ __global__ void relu_backward_kernel(const float* y, const float* dy, std::size_
   }
 }
 
-// One block per channel.
-__global__ void bias_backward_kernel(const float* dy, int n, int c, int hw, float* db) {
-  const int ch = blockIdx.x;
-  const std::size_t per = static_cast<std::size_t>(n) * hw;
+// Bias gradient, convolutions (hw > 1). Stage 1: block (j, ch) sums the
+// images [j * per_chunk, min(n, (j + 1) * per_chunk)) of channel ch, all hw
+// positions, into partial[ch * chunks + j]. The thread walks the flattened
+// (image, position) index with two counters, so the loop has no division.
+// dy [n, c, hw].
+__global__ void bias_partial_kernel(const float* dy, int n, int c, int hw, int per_chunk,
+                                    double* partial) {
+  const int j = blockIdx.x, ch = blockIdx.y;
+  const int img0 = j * per_chunk;
+  const int imgs = min(per_chunk, n - img0);
+  const int step_img = static_cast<int>(blockDim.x) / hw;
+  const int step_pos = static_cast<int>(blockDim.x) % hw;
+  int img = static_cast<int>(threadIdx.x) / hw;
+  int pos = static_cast<int>(threadIdx.x) % hw;
   double s = 0.0;
-  for (std::size_t k = threadIdx.x; k < per; k += blockDim.x) {
-    const std::size_t img = k / hw, pos = k % hw;
-    s += dy[(img * c + ch) * hw + pos];
+  while (img < imgs) {
+    s += dy[(static_cast<std::size_t>(img0 + img) * c + ch) * hw + pos];
+    img += step_img;
+    pos += step_pos;
+    if (pos >= hw) {
+      pos -= hw;
+      ++img;
+    }
   }
   s = block_sum(s);
-  if (threadIdx.x == 0) db[ch] = static_cast<float>(s);
+  if (threadIdx.x == 0) partial[static_cast<std::size_t>(ch) * gridDim.x + j] = s;
+}
+
+// Stage 2: one thread per channel adds its chunks in order.
+__global__ void bias_finish_kernel(const double* partial, int c, int chunks, float* db) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  double s = 0.0;
+  for (int j = 0; j < chunks; ++j) s += partial[static_cast<std::size_t>(ch) * chunks + j];
+  db[ch] = static_cast<float>(s);
+}
+
+// Bias gradient, fc layers (hw = 1): dy [n, c]; thread ch walks the batch,
+// neighbouring threads read neighbouring floats.
+__global__ void bias_rows_kernel(const float* dy, int n, int c, float* db) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  double s = 0.0;
+  for (int r = 0; r < n; ++r) s += dy[static_cast<std::size_t>(r) * c + ch];
+  db[ch] = static_cast<float>(s);
+}
+
+// Chunks per channel of bias_partial_kernel: about kBiasChunkElems elements
+// each, at most kMaxBiasChunks.
+constexpr int kBiasChunkElems = kThreads * 32;
+constexpr int kMaxBiasChunks = 64;
+
+int bias_images_per_chunk(int n, int hw) {
+  const long long per_channel = static_cast<long long>(n) * hw;
+  long long chunks = (per_channel + kBiasChunkElems - 1) / kBiasChunkElems;
+  chunks = std::clamp<long long>(chunks, 1, std::min<long long>(kMaxBiasChunks, n));
+  return static_cast<int>((n + chunks - 1) / chunks);
 }
 
 // One block per unit.
@@ -147,34 +196,57 @@ __global__ void scale_kernel(float* x, std::size_t n, float s) {
   }
 }
 
+__global__ void fill_kernel(float* x, std::size_t n, float v) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    x[i] = v;
+  }
+}
+
+__global__ void nonfinite_kernel(const float* x, std::size_t n, int* flag) {
+  bool bad = false;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    // Exponent all ones: infinity or NaN.
+    bad = bad || (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
+  }
+  if (bad) atomicOr(flag, 1);
+}
+
+// optim::Optimizer::step, "sgd", element by element in its order.
 __global__ void sgd_kernel(float* p, const float* grad, float* mom, std::size_t n, float lr,
                            float mu, float wd) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float g = grad[i] + wd * p[i];
-    const float m = mu * mom[i] + g;
+    const float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
+    const float m = __fadd_rn(__fmul_rn(mu, mom[i]), g);
     mom[i] = m;
-    p[i] -= lr * m;
+    p[i] = __fsub_rn(p[i], __fmul_rn(lr, m));
   }
 }
 
+// optim::Optimizer::step, "rmsprop"; one_minus_d = 1.0f - d rounded on the
+// host, as the CPU rounds it.
 __global__ void rmsprop_kernel(float* p, const float* grad, float* ms, float* mom, std::size_t n,
-                               float lr, float d, float mu, float eps, float wd) {
+                               float lr, float d, float one_minus_d, float mu, float eps,
+                               float wd) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float g = grad[i] + wd * p[i];
-    const float s = d * ms[i] + (1.0f - d) * g * g;
+    const float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
+    const float s = __fadd_rn(__fmul_rn(d, ms[i]), __fmul_rn(__fmul_rn(one_minus_d, g), g));
     ms[i] = s;
-    const float m = mu * mom[i] + lr * g / sqrtf(s + eps);
+    const float step = __fdiv_rn(__fmul_rn(lr, g), __fsqrt_rn(__fadd_rn(s, eps)));
+    const float m = __fadd_rn(__fmul_rn(mu, mom[i]), step);
     mom[i] = m;
-    p[i] -= m;
+    p[i] = __fsub_rn(p[i], m);
   }
 }
 
+// optim::Ema::update.
 __global__ void ema_kernel(float* avg, const float* p, std::size_t n, float a, float b) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    avg[i] = a * avg[i] + b * p[i];
+    avg[i] = __fadd_rn(__fmul_rn(a, avg[i]), __fmul_rn(b, p[i]));
   }
 }
 
@@ -194,10 +266,28 @@ void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cu
   check_launch("relu_backward_kernel");
 }
 
-void bias_backward(const float* dy, int n, int c, int hw, float* db, cudaStream_t stream) {
+std::size_t bias_backward_scratch(int n, int c, int hw) {
+  if (hw <= 1 || n <= 0 || c <= 0) return 0;
+  // chunks <= min(kMaxBiasChunks, n) for every batch up to n.
+  return static_cast<std::size_t>(std::min(kMaxBiasChunks, n)) * static_cast<std::size_t>(c);
+}
+
+void bias_backward(const float* dy, int n, int c, int hw, float* db, double* scratch,
+                   cudaStream_t stream) {
   if (c == 0) return;
-  bias_backward_kernel<<<c, kThreads, 0, stream>>>(dy, n, c, hw, db);
-  check_launch("bias_backward_kernel");
+  const unsigned int channel_blocks = static_cast<unsigned int>((c + kThreads - 1) / kThreads);
+  if (hw == 1) {
+    bias_rows_kernel<<<channel_blocks, kThreads, 0, stream>>>(dy, n, c, db);
+    check_launch("bias_rows_kernel");
+    return;
+  }
+  const int per_chunk = bias_images_per_chunk(n, hw);
+  const int chunks = (n + per_chunk - 1) / per_chunk;
+  bias_partial_kernel<<<dim3(static_cast<unsigned int>(chunks), static_cast<unsigned int>(c)),
+                        kThreads, 0, stream>>>(dy, n, c, hw, per_chunk, scratch);
+  check_launch("bias_partial_kernel");
+  bias_finish_kernel<<<channel_blocks, kThreads, 0, stream>>>(scratch, c, chunks, db);
+  check_launch("bias_finish_kernel");
 }
 
 void weight_norm_forward(const float* v, const float* g, int units, int fan_in, float* w,
@@ -229,8 +319,23 @@ void scale(float* x, std::size_t n, float s, cudaStream_t stream) {
   check_launch("scale_kernel");
 }
 
-void sgd_step(float* params, const float* grad, float* mom, std::size_t n, float lr,
-              float momentum, float wd, cudaStream_t stream) {
+void fill(float* x, std::size_t n, float v, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, v);
+  check_launch("fill_kernel");
+}
+
+void flag_nonfinite(const float* x, std::size_t n, int* flag, cudaStream_t stream) {
+  if (n == 0) return;
+  // A few waves of blocks: each thread checks many elements and the flag is
+  // touched only where something is wrong.
+  const unsigned int blocks = std::min(blocks_for(n), 1024u);
+  nonfinite_kernel<<<blocks, kThreads, 0, stream>>>(x, n, flag);
+  check_launch("nonfinite_kernel");
+}
+
+void sgd_step(float* params, const float* grad, float* mom, std::size_t n, float lr, float momentum,
+              float wd, cudaStream_t stream) {
   if (n == 0) return;
   sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grad, mom, n, lr, momentum, wd);
   check_launch("sgd_kernel");
@@ -239,8 +344,9 @@ void sgd_step(float* params, const float* grad, float* mom, std::size_t n, float
 void rmsprop_step(float* params, const float* grad, float* ms, float* mom, std::size_t n, float lr,
                   float decay, float momentum, float eps, float wd, cudaStream_t stream) {
   if (n == 0) return;
+  const float one_minus_d = 1.0f - decay;
   rmsprop_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grad, ms, mom, n, lr, decay,
-                                                         momentum, eps, wd);
+                                                         one_minus_d, momentum, eps, wd);
   check_launch("rmsprop_kernel");
 }
 

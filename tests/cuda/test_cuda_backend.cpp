@@ -2,16 +2,15 @@
 // kernel against its CPU function (lib/nn/ops.hpp, lib/optim), each model's
 // predict() and train_step() against CpuNetwork's (fc + loss: logreg; + relu:
 // mlp; + conv / pool / weight norm: cnn), a few training steps on both, and
-// the error paths. Own main: without a CUDA device it prints SKIP and
-// returns 77, which CTest reports as skipped (SKIP_RETURN_CODE), never as a
-// pass.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
+// the error paths, at small batches and at 512 (where cuDNN picks other
+// algorithms). The host-pointer path (pipelined transfers) against the
+// device-pointer path. main.cpp: SKIP (77) without a GPU.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -112,8 +111,43 @@ TEST_CASE("cuda kernels: bias+relu forward, relu and bias backward", "[cuda][ker
     }
   }
   cu::DeviceBuffer<float> d_db(c);
-  cu::bias_backward(d_dy.get(), n, c, hw, d_db.get(), nullptr);
+  cu::DeviceBuffer<double> scratch(cu::bias_backward_scratch(n, c, hw));
+  cu::bias_backward(d_dy.get(), n, c, hw, d_db.get(), scratch.get(), nullptr);
   CHECK(rel_err(to_host(d_db), ref_db) < 1e-5);
+}
+
+TEST_CASE("cuda kernels: bias gradient at the CNN's shapes and batch 1024", "[cuda][kernels]") {
+  // (n, c, hw): conv1 and conv2 outputs at large batches (several chunks
+  // per channel), an fc layer (hw = 1), a block-sized and an odd hw.
+  struct Shape {
+    int n, c, hw;
+  };
+  for (const Shape sh : {Shape{1024, 32, 784}, Shape{512, 64, 196}, Shape{1024, 256, 1},
+                         Shape{3, 5, 256}, Shape{77, 3, 333}, Shape{1, 1, 1}}) {
+    INFO("n " << sh.n << " c " << sh.c << " hw " << sh.hw);
+    const std::size_t total = static_cast<std::size_t>(sh.n) * sh.c * sh.hw;
+    const auto dy = normal_floats(total, 50 + sh.n);
+    std::vector<double> ref(sh.c, 0.0);
+    for (int img = 0; img < sh.n; ++img) {
+      for (int ch = 0; ch < sh.c; ++ch) {
+        for (int p = 0; p < sh.hw; ++p)
+          ref[ch] += dy[(static_cast<std::size_t>(img) * sh.c + ch) * sh.hw + p];
+      }
+    }
+    auto d_dy = to_device(dy);
+    cu::DeviceBuffer<float> d_db(sh.c);
+    cu::DeviceBuffer<double> scratch(cu::bias_backward_scratch(sh.n, sh.c, sh.hw));
+    cu::bias_backward(d_dy.get(), sh.n, sh.c, sh.hw, d_db.get(), scratch.get(), nullptr);
+    const auto db = to_host(d_db);
+    for (int ch = 0; ch < sh.c; ++ch) {
+      // Both sum in double: the only difference is the order.
+      CHECK(std::fabs(db[ch] - ref[ch]) <= 1e-6 * std::max(1.0, std::fabs(ref[ch])));
+    }
+    // Deterministic: the same bits again.
+    cu::DeviceBuffer<float> d_db2(sh.c);
+    cu::bias_backward(d_dy.get(), sh.n, sh.c, sh.hw, d_db2.get(), scratch.get(), nullptr);
+    CHECK(to_host(d_db2) == db);
+  }
 }
 
 TEST_CASE("cuda kernels: weight norm forward and backward", "[cuda][kernels]") {
@@ -142,8 +176,8 @@ TEST_CASE("cuda kernels: softmax cross-entropy, and a bad label is flagged", "[c
   const auto logits = normal_floats(static_cast<std::size_t>(batch) * classes, 7, 3.0f);
   auto labels = labels_for(batch, classes, 8);
   std::vector<float> dref(logits.size());
-  const double ref = nn::ops::softmax_cross_entropy(logits.data(), labels.data(), batch, classes,
-                                                    dref.data());
+  const double ref =
+      nn::ops::softmax_cross_entropy(logits.data(), labels.data(), batch, classes, dref.data());
   auto d_z = to_device(logits);
   auto d_y = to_device(labels);
   cu::DeviceBuffer<double> d_loss(batch);
@@ -166,7 +200,10 @@ TEST_CASE("cuda kernels: softmax cross-entropy, and a bad label is flagged", "[c
   CHECK(to_host(d_bad)[0] == 1);
 }
 
-TEST_CASE("cuda kernels: SGD, RMSProp and EMA equal syncopt::optim", "[cuda][kernels][optim]") {
+TEST_CASE("cuda kernels: SGD, RMSProp and EMA equal syncopt::optim bit for bit",
+          "[cuda][kernels][optim]") {
+  // Same inputs, same order of float operations, no FMA contraction on
+  // either side: the results must be identical, not merely close.
   const std::size_t n = 100003;
   for (const char* name : {"sgd", "rmsprop"}) {
     DYNAMIC_SECTION(name) {
@@ -181,21 +218,23 @@ TEST_CASE("cuda kernels: SGD, RMSProp and EMA equal syncopt::optim", "[cuda][ker
       auto d_p = to_device(p_cpu);
       cu::DeviceBuffer<float> d_mom(n), d_ms(n);
       SYNCOPT_CHECK_CUDA(cudaMemset(d_mom.get(), 0, d_mom.nbytes()));
-      d_ms = to_device(std::vector<float>(n, 1.0f));  // TF starts the mean square at 1
+      cu::fill(d_ms.get(), n, 1.0f, nullptr);  // TF starts the mean square at 1
       for (int step = 0; step < 5; ++step) {
         const auto grad = normal_floats(n, 20 + step);
         const float lr = 0.05f / static_cast<float>(step + 1);
         cpu.step(p_cpu.data(), grad.data(), lr);
         auto d_g = to_device(grad);
+        const auto mu = static_cast<float>(opt.momentum), wd = static_cast<float>(opt.weight_decay);
         if (opt.name == "sgd") {
-          cu::sgd_step(d_p.get(), d_g.get(), d_mom.get(), n, lr, 0.9f, 1e-4f, nullptr);
+          cu::sgd_step(d_p.get(), d_g.get(), d_mom.get(), n, lr, mu, wd, nullptr);
         } else {
-          cu::rmsprop_step(d_p.get(), d_g.get(), d_ms.get(), d_mom.get(), n, lr, 0.9f, 0.9f, 1e-8f,
-                           1e-4f, nullptr);
+          cu::rmsprop_step(d_p.get(), d_g.get(), d_ms.get(), d_mom.get(), n, lr,
+                           static_cast<float>(opt.rms_decay), mu, static_cast<float>(opt.eps), wd,
+                           nullptr);
         }
       }
-      CHECK(rel_err(to_host(d_p), p_cpu) < 1e-6);
-      CHECK(rel_err(to_host(d_mom), cpu.momentum_buffer()) < 1e-5);
+      CHECK(to_host(d_p) == p_cpu);
+      CHECK(to_host(d_mom) == cpu.momentum_buffer());
     }
   }
   const auto p0 = normal_floats(n, 30);
@@ -208,7 +247,27 @@ TEST_CASE("cuda kernels: SGD, RMSProp and EMA equal syncopt::optim", "[cuda][ker
     cu::ema_update(d_avg.get(), d_pt.get(), n, cu::ema_alpha(0.999, t), nullptr);
   }
   const auto avg = to_host(d_avg);
-  CHECK(rel_err(avg.data(), ema.data(), 0, n) < 1e-6);
+  CHECK(std::equal(avg.begin(), avg.end(), ema.data()));
+}
+
+TEST_CASE("cuda kernels: the non-finite flag", "[cuda][kernels]") {
+  const std::size_t n = 1 << 20;
+  auto x = normal_floats(n, 60);
+  cu::DeviceBuffer<int> flag(1);
+  auto check = [&](const std::vector<float>& v) {
+    auto d = to_device(v);
+    SYNCOPT_CHECK_CUDA(cudaMemset(flag.get(), 0, sizeof(int)));
+    cu::flag_nonfinite(d.get(), v.size(), flag.get(), nullptr);
+    return to_host(flag)[0];
+  };
+  CHECK(check(x) == 0);
+  x[n - 1] = std::numeric_limits<float>::infinity();
+  CHECK(check(x) == 1);
+  x[n - 1] = 0.0f;
+  x[12345] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(check(x) == 1);
+  x[12345] = -std::numeric_limits<float>::max();  // large but finite
+  CHECK(check(x) == 0);
 }
 
 // ---- whole models against the CPU backend --------------------------------
@@ -242,13 +301,17 @@ std::vector<ModelCase> model_cases() {
   s.width = 13;
   s.classes = 7;
   cases.push_back({"cnn 3x15x13, 7 classes", s, 5});
+  // The reference CNN at a large batch: cuDNN chooses other algorithms
+  // (and workspaces) there than at small ones.
+  nn::ModelSpec ref;
+  cases.push_back({"cnn at batch 512", ref, 512});
   return cases;
 }
 
 }  // namespace
 
 TEST_CASE("cuda backend: predict and train_step equal the CPU backend", "[cuda][model]") {
-  auto cpu_backend = nn::make_cpu_backend(1);
+  auto cpu_backend = nn::make_cpu_backend(0);  // all cores: batch 512 on one would be slow
   auto gpu = gpu_backend();
   REQUIRE(gpu->name() == "cuda");
   for (const ModelCase& mc : model_cases()) {
@@ -279,16 +342,20 @@ TEST_CASE("cuda backend: predict and train_step equal the CPU backend", "[cuda][
       const float l_gpu =
           net_gpu->train_step(params.data(), images.data(), labels.data(), mc.batch, g_gpu.data());
       CHECK(std::fabs(l_gpu - l_cpu) <= 1e-4f * std::max(1.0f, std::fabs(l_cpu)));
+      // Float sums in other orders (cuDNN's and oneDNN's algorithms): 2e-4
+      // of each tensor's largest value, 5e-4 from batch 256 on (sums of
+      // more terms).
+      const double tol = mc.batch >= 256 ? 5e-4 : 2e-4;
       for (const nn::ParamView& v : layout.views) {
         INFO("gradient of " << v.name);
-        CHECK(rel_err(g_gpu.data(), g_cpu.data(), v.offset, v.offset + v.count) < 2e-4);
+        CHECK(rel_err(g_gpu.data(), g_cpu.data(), v.offset, v.offset + v.count) < tol);
       }
       // A smaller batch reuses the buffers with another plan; grad is
       // overwritten, not accumulated.
       const int small = std::max(1, mc.batch / 3);
       net_cpu->train_step(params.data(), images.data(), labels.data(), small, g_cpu.data());
       net_gpu->train_step(params.data(), images.data(), labels.data(), small, g_gpu.data());
-      CHECK(rel_err(g_gpu, g_cpu) < 2e-4);
+      CHECK(rel_err(g_gpu, g_cpu) < tol);
     }
   }
 }
@@ -342,17 +409,53 @@ TEST_CASE("cuda backend: errors", "[cuda][errors]") {
   CHECK_THROWS_AS(net->train_step(params.data(), images.data(), labels.data(), 4, grad.data()),
                   syncopt::DataError);
   labels[2] = 2;  // the network is usable after a data error
-  CHECK(std::isfinite(net->train_step(params.data(), images.data(), labels.data(), 4, grad.data())));
+  CHECK(
+      std::isfinite(net->train_step(params.data(), images.data(), labels.data(), 4, grad.data())));
   CHECK_THROWS_AS(gpu->make_network(spec, 0), syncopt::ConfigError);
   CHECK_THROWS_AS(cu::make_cuda_backend(1, cu::device_count()), syncopt::ConfigError);
   CHECK(cu::pick_device(cu::device_count()) == 0);
 }
 
-int main(int argc, char** argv) {
-  if (cu::device_count() == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 77;
+TEST_CASE("cuda backend: the pipelined host path equals the device path bit for bit",
+          "[cuda][model]") {
+  // One network, deterministic algorithms: train_step with host pointers
+  // (transfers overlapped with compute, layer by layer) must give exactly
+  // the gradient of train_step_device on the same parameters, at several
+  // batches, and predict the same logits.
+  cu::CudaOptions opt;
+  opt.deterministic = true;
+  auto gpu = cu::make_cuda_backend(1, cu::pick_device(0), opt);
+  nn::ModelSpec spec;
+  const nn::ParamLayout layout = nn::param_layout(spec);
+  auto net = gpu->make_network(spec, 512);
+  auto* dnet = dynamic_cast<cu::DeviceNetwork*>(net.get());
+  REQUIRE(dnet != nullptr);
+  std::vector<float> params(layout.count);
+  nn::init_params(spec, layout, params.data(), 3);
+  auto d_params = to_device(params);
+  for (const int batch : {1, 32, 512}) {
+    INFO("batch " << batch);
+    const auto images = normal_floats(std::size_t{28 * 28} * batch, 70 + batch);
+    const auto labels = labels_for(batch, spec.classes, 71 + batch);
+    std::vector<float> g_host(layout.count);
+    const float l_host =
+        net->train_step(params.data(), images.data(), labels.data(), batch, g_host.data());
+    cu::DeviceBuffer<float> d_grad(layout.count);
+    const float l_dev =
+        dnet->train_step_device(d_params.get(), images.data(), labels.data(), batch, d_grad.get());
+    CHECK(l_host == l_dev);
+    CHECK(to_host(d_grad) == g_host);
+    // Again with other parameters through the host path: nothing stale.
+    std::vector<float> p2 = params;
+    for (float& p : p2) p *= 1.01f;
+    std::vector<float> g2(layout.count), g3(layout.count);
+    net->train_step(p2.data(), images.data(), labels.data(), batch, g2.data());
+    net->train_step(params.data(), images.data(), labels.data(), batch, g3.data());
+    CHECK(g3 == g_host);
+    CHECK(g2 != g_host);
+    std::vector<float> z1(static_cast<std::size_t>(batch) * spec.classes), z2(z1.size());
+    net->predict(params.data(), images.data(), batch, z1.data());
+    net->predict(params.data(), images.data(), batch, z2.data());
+    CHECK(z1 == z2);
   }
-  const int failed = Catch::Session().run(argc, argv);
-  return failed == 0 ? 0 : 1;  // never 77 (a skip) by accident
 }

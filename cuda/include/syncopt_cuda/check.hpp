@@ -1,12 +1,21 @@
 // The one family of CUDA-side check macros. Each evaluates its call once and,
 // on failure, throws syncopt::InternalError naming the library, the error,
-// the statement, file and line, the MPI rank (when MPI is up) and the host.
-// The macros use each library's own error-string function, so a file that
-// uses SYNCOPT_CHECK_CUDNN includes cudnn.h, and so on; this header itself
-// needs no CUDA header.
+// the statement, file and line, the MPI rank (when MPI is up), the host and
+// the device. The macros use each library's own error-string function, so a
+// file that uses SYNCOPT_CHECK_CUDNN includes cudnn.h, and so on; this header
+// itself needs no CUDA header. NCCL calls go through SYNCOPT_CHECK_NCCL_ASYNC
+// of cuda/src/nccl_reducer.cpp (the one NCCL communicator, non-blocking): it
+// polls ncclInProgress against the deadline and aborts the communicator
+// before it throws, so no peer is left waiting inside NCCL.
 #pragma once
 
+#include <string>
+
 namespace syncopt::cuda::detail {
+
+// "rank R, host H, device D" of the calling process (rank only while MPI is
+// initialised, device only when the runtime can tell).
+std::string where();
 
 // Builds the message and throws InternalError. `library` e.g. "CUDA",
 // `error` the library's name/string of the code.
@@ -15,43 +24,26 @@ namespace syncopt::cuda::detail {
 
 }  // namespace syncopt::cuda::detail
 
-#define SYNCOPT_CHECK_CUDA(call)                                                         \
-  do {                                                                                   \
-    const cudaError_t syncopt_cuda_rc_ = (call);                                         \
-    if (syncopt_cuda_rc_ != cudaSuccess)                                                 \
-      ::syncopt::cuda::detail::throw_error("CUDA", cudaGetErrorString(syncopt_cuda_rc_), \
-                                           #call, __FILE__, __LINE__);                   \
+#define SYNCOPT_CHECK_CUDA(call)                                                                \
+  do {                                                                                          \
+    const cudaError_t syncopt_cuda_rc_ = (call);                                                \
+    if (syncopt_cuda_rc_ != cudaSuccess)                                                        \
+      ::syncopt::cuda::detail::throw_error("CUDA", cudaGetErrorString(syncopt_cuda_rc_), #call, \
+                                           __FILE__, __LINE__);                                 \
   } while (0)
 
-#define SYNCOPT_CHECK_CUDNN(call)                                                           \
-  do {                                                                                      \
-    const cudnnStatus_t syncopt_cudnn_rc_ = (call);                                         \
-    if (syncopt_cudnn_rc_ != CUDNN_STATUS_SUCCESS)                                          \
-      ::syncopt::cuda::detail::throw_error("cuDNN", cudnnGetErrorString(syncopt_cudnn_rc_), \
-                                           #call, __FILE__, __LINE__);                      \
+#define SYNCOPT_CHECK_CUDNN(call)                                                                  \
+  do {                                                                                             \
+    const cudnnStatus_t syncopt_cudnn_rc_ = (call);                                                \
+    if (syncopt_cudnn_rc_ != CUDNN_STATUS_SUCCESS)                                                 \
+      ::syncopt::cuda::detail::throw_error("cuDNN", cudnnGetErrorString(syncopt_cudnn_rc_), #call, \
+                                           __FILE__, __LINE__);                                    \
   } while (0)
 
-#define SYNCOPT_CHECK_CUBLAS(call)                                                             \
-  do {                                                                                         \
-    const cublasStatus_t syncopt_cublas_rc_ = (call);                                          \
-    if (syncopt_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                           \
+#define SYNCOPT_CHECK_CUBLAS(call)                                                              \
+  do {                                                                                          \
+    const cublasStatus_t syncopt_cublas_rc_ = (call);                                           \
+    if (syncopt_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                            \
       ::syncopt::cuda::detail::throw_error("cuBLAS", cublasGetStatusString(syncopt_cublas_rc_), \
-                                           #call, __FILE__, __LINE__);                         \
-  } while (0)
-
-// NCCL errors leave the other ranks of the communicator waiting inside a
-// collective: the caller passes the communicator, which is aborted (and
-// nulled) before the throw. `comm` is an lvalue of type ncclComm_t.
-#define SYNCOPT_CHECK_NCCL(call, comm)                                                 \
-  do {                                                                                 \
-    const ncclResult_t syncopt_nccl_rc_ = (call);                                      \
-    if (syncopt_nccl_rc_ != ncclSuccess) {                                             \
-      const char* syncopt_nccl_msg_ = ncclGetErrorString(syncopt_nccl_rc_);            \
-      if ((comm) != nullptr) {                                                         \
-        ncclCommAbort(comm);                                                           \
-        (comm) = nullptr;                                                              \
-      }                                                                                \
-      ::syncopt::cuda::detail::throw_error("NCCL", syncopt_nccl_msg_, #call, __FILE__, \
-                                           __LINE__);                                  \
-    }                                                                                  \
+                                           #call, __FILE__, __LINE__);                          \
   } while (0)

@@ -21,8 +21,15 @@ void bias_act_forward(float* y, const float* bias, int n, int c, int hw, bool re
 // dx = dy * [y > 0] over n elements, from the ReLU's output y (in place ok).
 void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cudaStream_t stream);
 
-// db [c] = sum over n and hw of dy [n, c, hw] (overwritten).
-void bias_backward(const float* dy, int n, int c, int hw, float* db, cudaStream_t stream);
+// db [c] = sum over n and hw of dy [n, c, hw] (overwritten), accumulated in
+// double in a fixed order (deterministic). hw > 1 (convolutions) is a
+// two-stage reduction: blocks of (image range, channel) write partial sums
+// into `scratch`, which needs bias_backward_scratch(n, c, hw) doubles (enough
+// for any batch up to n); a second kernel adds them per channel. hw = 1 (fc) is one thread per
+// channel walking the batch (coalesced across channels); no scratch.
+std::size_t bias_backward_scratch(int n, int c, int hw);
+void bias_backward(const float* dy, int n, int c, int hw, float* db, double* scratch,
+                   cudaStream_t stream);
 
 // Weight normalisation per unit: w[o, :] = g[o] * v[o, :] / ||v[o, :]||.
 // v, w [units, fan_in]; g, norm [units].
@@ -42,19 +49,34 @@ void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int 
 // x *= s over n elements.
 void scale(float* x, std::size_t n, float s, cudaStream_t stream);
 
+// x[i] = v over n elements.
+void fill(float* x, std::size_t n, float v, cudaStream_t stream);
+
+// *flag = 1 if any of x [n] is infinite or NaN (left alone otherwise: the
+// caller zeroes it first).
+void flag_nonfinite(const float* x, std::size_t n, int* flag, cudaStream_t stream);
+
+// The optimiser and EMA updates below compute optim/'s formulas
+// (lib/optim/optimizer.cpp) in the same order of operations with explicitly
+// rounded float operations (__fmul_rn, __fadd_rn, __fdiv_rn, __fsqrt_rn), so
+// nvcc cannot contract them into FMAs: given the same inputs they equal the
+// CPU's results bit for bit (the CPU build does not contract either: no FMA
+// in the x86-64 baseline, no -ffast-math).
+
 // SGD with momentum (optim::Optimizer "sgd"), n elements:
 //   g = grad + wd * p;  mom = momentum * mom + g;  p -= lr * mom.
-void sgd_step(float* params, const float* grad, float* mom, std::size_t n, float lr,
-              float momentum, float wd, cudaStream_t stream);
+void sgd_step(float* params, const float* grad, float* mom, std::size_t n, float lr, float momentum,
+              float wd, cudaStream_t stream);
 
 // RMSProp with momentum, TensorFlow's (optim::Optimizer "rmsprop"):
-//   g = grad + wd * p;  ms = decay * ms + (1 - decay) * g^2;
+//   g = grad + wd * p;  ms = decay * ms + (1 - decay) * g * g;
 //   mom = momentum * mom + lr * g / sqrt(ms + eps);  p -= mom.
 // ms starts at 1 (as in TF), mom at 0: the caller initialises them.
 void rmsprop_step(float* params, const float* grad, float* ms, float* mom, std::size_t n, float lr,
                   float decay, float momentum, float eps, float wd, cudaStream_t stream);
 
-// EMA of the parameters: avg = alpha * avg + (1 - alpha) * params.
+// EMA of the parameters: avg = alpha * avg + (1 - alpha) * params, with
+// 1 - alpha rounded to float first (as optim::Ema does).
 void ema_update(float* avg, const float* params, std::size_t n, float alpha, cudaStream_t stream);
 
 // The EMA's alpha after `updates` updates, as optim::Ema computes it:

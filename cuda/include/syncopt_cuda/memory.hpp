@@ -1,5 +1,5 @@
 // RAII owners of CUDA runtime resources: device and pinned host buffers sized
-// in elements, and streams. Move-only; destructors never throw (a failure to
+// in elements, streams and events. Move-only; destructors never throw (a failure to
 // free at teardown cannot be acted on, and throwing there would terminate).
 #pragma once
 
@@ -94,10 +94,34 @@ class CudaStream {
   }
 
   cudaStream_t get() const noexcept { return m_stream; }
-  void synchronize() const { SYNCOPT_CHECK_CUDA(cudaStreamSynchronize(m_stream)); }
 
  private:
   cudaStream_t m_stream = nullptr;
+};
+
+// An event without timing (the cheapest kind), for ordering work across
+// streams and for bounded host waits (syncopt_cuda/sync.hpp).
+class CudaEvent {
+ public:
+  CudaEvent() { SYNCOPT_CHECK_CUDA(cudaEventCreateWithFlags(&m_event, cudaEventDisableTiming)); }
+  ~CudaEvent() {
+    if (m_event != nullptr) (void)cudaEventDestroy(m_event);
+  }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  CudaEvent(CudaEvent&& o) noexcept : m_event(std::exchange(o.m_event, nullptr)) {}
+  CudaEvent& operator=(CudaEvent&& o) noexcept {
+    if (this != &o) {
+      if (m_event != nullptr) (void)cudaEventDestroy(m_event);
+      m_event = std::exchange(o.m_event, nullptr);
+    }
+    return *this;
+  }
+
+  cudaEvent_t get() const noexcept { return m_event; }
+
+ private:
+  cudaEvent_t m_event = nullptr;
 };
 
 }  // namespace syncopt::cuda

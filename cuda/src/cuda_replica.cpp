@@ -1,0 +1,235 @@
+// CudaReplica: a training replica whose θ, gradient, optimiser state and EMA
+// live in device memory (see make_cuda_replica in syncopt_cuda/api.hpp).
+// Everything runs on the network's stream, in order; the host waits only
+// where it needs an answer (the loss, the finite flag, a copy to the host)
+// and only for a bounded time.
+//
+// Its checkpoint State is the host replica's, field for field (theta;
+// optim: name, momentum, rms_decay, eps, weight_decay, count, mom, [ms];
+// ema: decay, count, updates, avg), so a run can resume on either backend;
+// restore() validates through optim::Optimizer / optim::Ema themselves.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "optim/optimizer.hpp"
+#include "syncopt_cuda/api.hpp"
+#include "syncopt_cuda/check.hpp"
+#include "syncopt_cuda/kernels.hpp"
+#include "syncopt_cuda/memory.hpp"
+#include "syncopt_cuda/sync.hpp"
+
+namespace syncopt::cuda {
+
+namespace {
+
+class CudaReplica final : public replica::Replica {
+ public:
+  CudaReplica(DeviceNetwork& net, const float* init, std::size_t count,
+              const replica::ReplicaOptions& options)
+      : m_net(net),
+        m_options(options),
+        m_count(count),
+        m_rmsprop(checked_optimizer(options.optim) == "rmsprop"),
+        m_use_ema(options.ema_decay > 0.0),
+        m_device(activate(net.device())),
+        m_stream(static_cast<cudaStream_t>(net.stream())),
+        m_timeout_s(net.sync_timeout_s()),
+        m_theta(count),
+        m_grad(count),
+        m_mom(count),
+        m_ms(m_rmsprop ? count : 0),
+        m_ema(m_use_ema ? count : 0),
+        m_host(count),
+        m_d_flag(1),
+        m_h_flag(1) {
+    upload(init, m_theta);
+    if (m_use_ema) upload(init, m_ema);
+    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(m_mom.get(), 0, m_mom.nbytes(), m_stream));
+    fill(m_ms.get(), m_ms.count(), 1.0f, m_stream);  // TF starts the mean square at 1
+    wait("the replica's initial upload");
+  }
+
+  ~CudaReplica() override {
+    try {
+      (void)cudaSetDevice(m_device);
+      wait("the replica's teardown");
+    } catch (...) {  // a destructor never throws
+    }
+  }
+
+  std::size_t count() const override { return m_count; }
+
+  float compute_gradient(const float* images, const std::int32_t* labels, int batch) override {
+    SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
+    return m_net.train_step_device(m_theta.get(), images, labels, batch, m_grad.get());
+  }
+
+  void reduce_gradient(comm::Reducer& reducer) override {
+    SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
+    if (auto* d = dynamic_cast<DeviceReducer*>(&reducer); d != nullptr && d->device() == m_device) {
+      d->mean_device(m_grad.get(), m_count, m_stream);  // NCCL, in place, on our stream
+      return;
+    }
+    // Any other reducer (MPI) averages host memory: out, reduce, in.
+    download(m_grad, m_host.get(), "the gradient download for the reducer");
+    reducer.mean(m_host.get(), m_count);
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_grad.get(), m_host.get(), m_grad.nbytes(),
+                                       cudaMemcpyHostToDevice, m_stream));
+    // m_host is reused by the next copy; the upload must have read it.
+    wait("the reduced gradient's upload");
+  }
+
+  bool gradient_finite() const override {
+    SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
+    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(m_d_flag.get(), 0, sizeof(int), m_stream));
+    flag_nonfinite(m_grad.get(), m_count, m_d_flag.get(), m_stream);
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_flag.get(), m_d_flag.get(), sizeof(int),
+                                       cudaMemcpyDeviceToHost, m_stream));
+    wait("the gradient's finiteness check");
+    return *m_h_flag.get() == 0;
+  }
+
+  void apply(float lr) override {
+    SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
+    const optim::OptimizerOptions& o = m_options.optim;
+    const auto wd = static_cast<float>(o.weight_decay);
+    const auto mu = static_cast<float>(o.momentum);
+    if (m_rmsprop) {
+      rmsprop_step(m_theta.get(), m_grad.get(), m_ms.get(), m_mom.get(), m_count, lr,
+                   static_cast<float>(o.rms_decay), mu, static_cast<float>(o.eps), wd, m_stream);
+    } else {
+      sgd_step(m_theta.get(), m_grad.get(), m_mom.get(), m_count, lr, mu, wd, m_stream);
+    }
+    if (m_use_ema) {
+      ema_update(m_ema.get(), m_theta.get(), m_count, ema_alpha(m_options.ema_decay, m_ema_updates),
+                 m_stream);
+      ++m_ema_updates;
+    }
+    // Not waited for: the next step's work queues behind it on the stream.
+  }
+
+  void copy_theta(float* out) const override { download(m_theta, out, "a copy of θ"); }
+  void copy_ema(float* out) const override {
+    download(m_use_ema ? m_ema : m_theta, out, "a copy of the EMA");
+  }
+
+  checkpoint::State state() const override {
+    const optim::OptimizerOptions& o = m_options.optim;
+    checkpoint::State s;
+    s.put("theta", host_vector(m_theta));
+    checkpoint::State opt;
+    opt.put("name", o.name);
+    opt.put("momentum", o.momentum);
+    opt.put("rms_decay", o.rms_decay);
+    opt.put("eps", o.eps);
+    opt.put("weight_decay", o.weight_decay);
+    opt.put("count", std::uint64_t{m_count});
+    opt.put("mom", host_vector(m_mom));
+    if (m_rmsprop) opt.put("ms", host_vector(m_ms));
+    s.put_child("optim", std::move(opt));
+    if (m_use_ema) {
+      checkpoint::State ema;
+      ema.put("decay", m_options.ema_decay);
+      ema.put("count", std::uint64_t{m_count});
+      ema.put("updates", m_ema_updates);
+      ema.put("avg", host_vector(m_ema));
+      s.put_child("ema", std::move(ema));
+    }
+    return s;
+  }
+
+  void restore(const checkpoint::State& s) override {
+    // optim/ checks every field (options, counts, lengths) before anything
+    // here changes; a failed restore leaves the replica as it was.
+    const auto& theta = s.get<std::vector<float>>("theta");
+    if (theta.size() != m_count) {
+      throw DataError(s.field_error(
+          "theta",
+          std::to_string(theta.size()) + " parameters, this model has " + std::to_string(m_count)));
+    }
+    const checkpoint::State& so = s.child("optim");
+    optim::Optimizer check(m_options.optim, m_count);
+    check.restore(so);
+    std::vector<float> zeros;
+    optim::Ema ema_check(m_options.ema_decay, nullptr, 0);
+    if (m_use_ema) {
+      zeros.assign(m_count, 0.0f);
+      ema_check = optim::Ema(m_options.ema_decay, zeros.data(), m_count);
+      ema_check.restore(s.child("ema"));
+    }
+    SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
+    upload(theta.data(), m_theta);
+    upload(check.momentum_buffer().data(), m_mom);
+    if (m_rmsprop) upload(so.get<std::vector<float>>("ms").data(), m_ms);
+    if (m_use_ema) {
+      upload(ema_check.data(), m_ema);
+      m_ema_updates = ema_check.updates();
+    }
+    wait("the restored state's upload");
+  }
+
+ private:
+  static const std::string& checked_optimizer(const optim::OptimizerOptions& o) {
+    (void)optim::Optimizer(o, 0);  // ConfigError for an unknown name, as on the host
+    return o.name;
+  }
+  static int activate(int device) {
+    SYNCOPT_CHECK_CUDA(cudaSetDevice(device));
+    return device;
+  }
+
+  void wait(const std::string& what) const { wait_stream(m_stream, m_timeout_s, what); }
+
+  // host [count] -> dst, through the pinned buffer (which is free: every
+  // use of it ends with a wait).
+  void upload(const float* host, DeviceBuffer<float>& dst) {
+    std::memcpy(m_host.get(), host, dst.nbytes());
+    SYNCOPT_CHECK_CUDA(
+        cudaMemcpyAsync(dst.get(), m_host.get(), dst.nbytes(), cudaMemcpyHostToDevice, m_stream));
+    wait("an upload to the replica");
+  }
+
+  // src -> out [count] on the host, after the work queued before.
+  void download(const DeviceBuffer<float>& src, float* out, const std::string& what) const {
+    SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
+    SYNCOPT_CHECK_CUDA(
+        cudaMemcpyAsync(m_host.get(), src.get(), src.nbytes(), cudaMemcpyDeviceToHost, m_stream));
+    wait(what);
+    std::memcpy(out, m_host.get(), src.nbytes());
+  }
+
+  std::vector<float> host_vector(const DeviceBuffer<float>& src) const {
+    std::vector<float> v(src.count());
+    download(src, v.data(), "a checkpoint copy");
+    return v;
+  }
+
+  DeviceNetwork& m_net;
+  replica::ReplicaOptions m_options;
+  std::size_t m_count;
+  bool m_rmsprop;
+  bool m_use_ema;
+  int m_device;
+  cudaStream_t m_stream;  // the network's: compute and optimiser in one order
+  double m_timeout_s;
+  std::uint64_t m_ema_updates = 0;
+  DeviceBuffer<float> m_theta, m_grad, m_mom, m_ms, m_ema;
+  PinnedBuffer<float> m_host;  // staging for every copy to / from the host
+  DeviceBuffer<int> m_d_flag;
+  PinnedBuffer<int> m_h_flag;
+};
+
+}  // namespace
+
+std::unique_ptr<replica::Replica> make_cuda_replica(nn::Network& net, const float* init,
+                                                    std::size_t count,
+                                                    const replica::ReplicaOptions& options) {
+  if (auto* d = dynamic_cast<DeviceNetwork*>(&net); d != nullptr) {
+    return std::make_unique<CudaReplica>(*d, init, count, options);
+  }
+  return replica::make_host_replica(net, init, count, options);
+}
+
+}  // namespace syncopt::cuda

@@ -1,0 +1,72 @@
+// The decisions of cuda/ that need no GPU, run everywhere (label unit): how
+// a cudaGetDeviceCount result is read (no driver / no device = none; a
+// driver too old = an error, never "no device"), and when NCCL can serve
+// the ranks of a node (distinct GPU UUIDs, never device counts vs ranks).
+#define CATCH_CONFIG_MAIN
+#include <cuda_runtime_api.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "syncopt_cuda/api.hpp"
+
+namespace cu = syncopt::cuda;
+using Status = cu::DeviceProbe::Status;
+
+TEST_CASE("classify_probe: no driver and no device are none, an old driver is an error",
+          "[cuda][logic]") {
+  const auto ok = cu::classify_probe(cudaSuccess, "", 2, 13000, 13000);
+  CHECK(ok.status == Status::kOk);
+  CHECK(ok.count == 2);
+  const auto none = cu::classify_probe(cudaErrorNoDevice, "cudaErrorNoDevice", 0, 13000, 13000);
+  CHECK(none.status == Status::kNone);
+  CHECK(none.count == 0);
+  // No libcuda at all: the runtime says "insufficient driver", the driver
+  // version is 0. That is "no GPU here" (a CPU machine).
+  const auto no_driver =
+      cu::classify_probe(cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", 0, 0, 13000);
+  CHECK(no_driver.status == Status::kNone);
+  CHECK(no_driver.message.find("no NVIDIA driver") != std::string::npos);
+  // A driver that is there but older than the runtime: reported as it is.
+  const auto old = cu::classify_probe(cudaErrorInsufficientDriver,
+                                      "cudaErrorInsufficientDriver: CUDA driver version is "
+                                      "insufficient for CUDA runtime version",
+                                      0, 12020, 13000);
+  CHECK(old.status == Status::kError);
+  CHECK(old.message.find("12.2") != std::string::npos);
+  CHECK(old.message.find("13.0") != std::string::npos);
+  CHECK(old.message.find("update the driver") != std::string::npos);
+  const auto broken =
+      cu::classify_probe(cudaErrorSystemNotReady, "cudaErrorSystemNotReady", 0, 13000, 13000);
+  CHECK(broken.status == Status::kError);
+  CHECK(broken.message.find("cudaErrorSystemNotReady") != std::string::npos);
+}
+
+TEST_CASE("nccl_node_problem: distinct UUIDs per rank, whatever the device numbers",
+          "[cuda][logic]") {
+  // SLURM --gpus-per-task=1: four ranks, each sees one GPU as device 0, all
+  // different. Usable, although the node has "1 device" per rank.
+  std::vector<cu::RankDevice> per_task;
+  for (int r = 0; r < 4; ++r) {
+    per_task.push_back(
+        {r, "n1", true, "GPU-" + std::to_string(r), "0000:0" + std::to_string(r) + ":00.0", ""});
+  }
+  CHECK(cu::nccl_node_problem(per_task).empty());
+  // Four ranks on a one-GPU machine: the same UUID four times.
+  std::vector<cu::RankDevice> shared;
+  for (int r = 0; r < 4; ++r) shared.push_back({r, "h200", true, "GPU-aaaa", "0000:1b:00.0", ""});
+  const std::string why = cu::nccl_node_problem(shared);
+  CHECK(why.find("ranks 0, 1, 2, 3") != std::string::npos);
+  CHECK(why.find("GPU-aaaa") != std::string::npos);
+  // A rank without a device.
+  std::vector<cu::RankDevice> missing = per_task;
+  missing[2].has_device = false;
+  missing[2].problem = "no CUDA device";
+  CHECK(cu::nccl_node_problem(missing).find("rank 2") != std::string::npos);
+  // Two of four share.
+  std::vector<cu::RankDevice> two = per_task;
+  two[3].uuid = two[1].uuid;
+  CHECK(cu::nccl_node_problem(two).find("ranks 1, 3") != std::string::npos);
+  CHECK(cu::nccl_node_problem({}).empty());
+}
