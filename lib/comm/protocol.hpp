@@ -12,7 +12,7 @@
 namespace syncopt::comm {
 
 inline constexpr std::uint32_t kMagic = 0x53594E43u;  // "SYNC"
-inline constexpr std::uint16_t kProtoVersion = 3;
+inline constexpr std::uint16_t kProtoVersion = 4;
 inline constexpr std::uint64_t kAnyVersion = ~std::uint64_t{0};
 // CHECKPOINT with this step: no checkpoint is saved, the run just ends.
 inline constexpr std::uint64_t kNoCheckpoint = ~std::uint64_t{0};
@@ -66,8 +66,10 @@ struct MsgHeader {
   std::uint32_t code = 0;           // STOP, CHECKPOINT: the run's exit code so far
   std::uint64_t examples = 0;       // PARAMS to evaluator: accepted examples so far
   double compute_s = 0.0;           // GRAD: the worker's compute time for this gradient
+  double vtime_s = 0.0;             // GRAD, train.clock = virtual: modelled finish time
+                                    // (compute + straggler delay) since the version's start
 };
-static_assert(sizeof(MsgHeader) == 64, "MsgHeader is part of the wire format");
+static_assert(sizeof(MsgHeader) == 72, "MsgHeader is part of the wire format");
 
 // The one way to start a header: kind, sender (world rank), shard, and the
 // version field; the rest zero. Callers fill in what their kind carries.

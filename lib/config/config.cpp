@@ -212,10 +212,23 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(train, backups, at_least(0), "",
                   "b, backup workers: an update uses N = workers - b gradients."),
       SYNCOPT_KEY(train, softsync_c, at_least(1), "", "softsync: gradients aggregated per update."),
-      SYNCOPT_KEY(train, ssp_bound, at_least(0), "", "ssp: largest allowed staleness, in steps."),
+      SYNCOPT_KEY(train, ssp_bound, at_least(0), "",
+                  "ssp: Ho et al.'s stale synchronous clock bound: a worker that has pushed more "
+                  "than this many gradients beyond the slowest live worker waits. It bounds the "
+                  "clock gap between workers, not the staleness of an applied gradient, which is "
+                  "recorded and reported apart (it can exceed the bound with several workers)."),
       SYNCOPT_KEY(train, timeout_ms, above(0), "",
-                  "timeout: an update uses the gradients that arrived this many ms after the "
+                  "timeout: an update falls due when N gradients of the version arrived, or this "
+                  "many ms after the first of them (at least one): DESIGN.md's rule, not the "
                   "step's start."),
+      SYNCOPT_KEY(train, clock, no_range(), "sync and timeout only for virtual",
+                  "wall: real arrival times decide which N of N + b count. virtual: every "
+                  "gradient gets a modelled finish time (a compute time drawn from sim.compute_ms, "
+                  "sim.compute_cv, sim.compute_dist and sim.seed, plus its seeded straggler "
+                  "delay, not slept); each step waits for every live worker and accepts the N "
+                  "smallest, so runs are bitwise repeatable for any b and records use the "
+                  "virtual time axis.",
+                  "wall", "virtual"),
       // [cluster]
       SYNCOPT_KEY(cluster, ps, at_least(1), "", "Parameter-server shards (one rank each)."),
       SYNCOPT_KEY(cluster, evaluator, no_range(), "",
@@ -766,6 +779,11 @@ std::vector<Problem> check(const Config& cfg) {
   }
   if (cfg.train.steps == 0 && !(cfg.train.epochs > 0)) {
     add(spec_of("train", "epochs"), "must be > 0 when train.steps = 0 (set one of the two)");
+  }
+  if (cfg.train.clock == "virtual" && cfg.train.mode != Mode::kSync &&
+      cfg.train.mode != Mode::kTimeout) {
+    add(spec_of("train", "clock"), "applies to train.mode = sync or timeout (use syncopt simulate "
+                                   "for the other modes in modelled time)");
   }
   if (cfg.stragglers.model == "trace" && cfg.stragglers.trace.empty()) {
     add(spec_of("stragglers", "model"), "needs stragglers.trace, the path of the trace to replay");

@@ -74,6 +74,7 @@ struct TrainConfig {
   std::int64_t softsync_c = 1;
   std::int64_t ssp_bound = 3;
   double timeout_ms = 100.0;
+  std::string clock = "wall";  // wall | virtual (DESIGN.md §10, "Clocks")
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -203,6 +203,8 @@ RunAnalysis analyze(const std::vector<StepRecord>& steps, const RunInfo& info) {
       {"test_acc", info.test_acc},
       {"test_loss_ema", info.test_loss_ema},
       {"test_acc_ema", info.test_acc_ema}};
+  // Which time axis the records' times are on (wall, virtual, simulated).
+  an.summary["clock"] = !steps.empty() && !steps.front().clock.empty() ? steps.front().clock : "wall";
   return an;
 }
 

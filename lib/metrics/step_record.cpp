@@ -19,9 +19,11 @@ json to_json(const StepRecord& r) {
                      {"loss", g.loss},
                      {"seq", g.seq}});
   }
-  return {{"step", r.step},       {"shard", r.shard},     {"t_start", r.t_start},
-          {"t_apply", r.t_apply}, {"version", r.version}, {"lr", r.lr},
-          {"loss", r.loss},       {"used", r.used},       {"grads", std::move(grads)}};
+  json j = {{"step", r.step},       {"shard", r.shard},     {"t_start", r.t_start},
+            {"t_apply", r.t_apply}, {"version", r.version}, {"lr", r.lr},
+            {"loss", r.loss},       {"used", r.used},       {"grads", std::move(grads)}};
+  if (!r.clock.empty()) j["clock"] = r.clock;
+  return j;
 }
 
 StepRecord step_from_json(const json& j, const std::string& origin) {
@@ -35,6 +37,7 @@ StepRecord step_from_json(const json& j, const std::string& origin) {
     r.lr = j.at("lr").get<float>();
     r.loss = j.at("loss").get<float>();
     r.used = j.value("used", 0);
+    r.clock = j.value("clock", std::string());
     for (const auto& g : j.at("grads")) {
       GradRecord gr;
       gr.worker = g.at("worker").get<int>();

@@ -67,6 +67,7 @@ Shard::Shard(const ShardSetup& st)
   const double now = st.clock->now();
   m_watch = std::make_unique<comm::Watch>(st.live_comm, m_self, peers, peers,
                                           m_cfg.cluster.dead_after_s, now);
+  if (m_cfg.train.clock == "virtual") m_core.use_virtual_clock(m_cfg.sim.apply_ms / 1000.0);
   if (st.resume != nullptr) restore(*st.resume);
   m_last_checkpoint_s = now;
   if (done_training()) finish(ExitCode::kOk, "completed", "");
@@ -220,7 +221,8 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
     if (m_finished) {
       ++m_after_end;
     } else {
-      m_core.on_grad(w, h.param_version, m.payload(), h.loss, h.compute_s, seen, h.step_seq);
+      m_core.on_grad(w, h.param_version, m.payload(), h.loss, h.compute_s, seen, h.step_seq,
+                     h.vtime_s);
     }
   }
   m_pending[wi] = {true, h.param_version};
@@ -247,7 +249,6 @@ bool Shard::apply_due() {
 }
 
 void Shard::apply_one() {
-  const int used = m_core.pending();
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch));
   metrics::StepRecord rec = m_core.apply(m_mean.data(), m_st.clock->now());
@@ -264,11 +265,14 @@ void Shard::apply_one() {
   }
   m_opt.step(m_theta.data(), m_mean.data(), lr);
   if (m_use_ema) m_ema.update(m_theta.data());
-  m_examples += static_cast<std::uint64_t>(used) * static_cast<std::uint64_t>(m_cfg.train.batch);
+  m_examples +=
+      static_cast<std::uint64_t>(rec.used) * static_cast<std::uint64_t>(m_cfg.train.batch);
   rec.shard = m_self;
   rec.lr = lr;
-  rec.t_apply = m_st.clock->now();
-  m_core.set_step_start(rec.t_apply);
+  if (!m_core.virtual_clock()) {
+    rec.t_apply = m_st.clock->now();  // after the optimiser: the next step starts here
+    m_core.set_step_start(rec.t_apply);
+  }
   m_current.reset();  // parameters changed: the next answer publishes anew
   m_st.steps_log->write(rec);
   if (done_training()) finish(ExitCode::kOk, "completed", "");

@@ -43,8 +43,70 @@ void ShardCore::record(int worker, std::uint64_t version, bool accepted, std::in
   if (!accepted) ++m_drops[static_cast<std::size_t>(worker)];
 }
 
+void ShardCore::use_virtual_clock(double apply_s) {
+  if (!m_versioned) {
+    throw ConfigError("train.clock = \"virtual\" applies to sync and timeout, not train.mode = \"" +
+                      std::string(config::mode_name(m_mode)) +
+                      "\" (simulate that mode with syncopt simulate)");
+  }
+  m_virtual = true;
+  m_apply_s = apply_s;
+  m_vtime.assign(static_cast<std::size_t>(m_workers), 0.0);
+}
+
+int ShardCore::expected_workers() const {
+  return static_cast<int>(std::count(m_retired.begin(), m_retired.end(), 0));
+}
+
+// Virtual clock: kept until every live worker's gradient of the version is
+// in; accepted or dropped at apply().
+bool ShardCore::on_virtual_grad(int worker, std::uint64_t version, const float* grad, float loss,
+                                double compute_s, std::uint64_t seq, double vtime) {
+  const auto w = static_cast<std::size_t>(worker);
+  const auto staleness = static_cast<std::int64_t>(m_version) - static_cast<std::int64_t>(version);
+  if (version != m_version || m_contributed[w]) {
+    record(worker, version, false, staleness, compute_s, loss, vtime, seq);
+    return false;
+  }
+  std::copy(grad, grad + m_count, m_slots[w].begin());
+  m_contributed[w] = 1;
+  m_vtime[w] = vtime;
+  ++m_used;
+  m_loss_sum += loss;
+  GradRecord g;  // decided at apply()
+  g.worker = worker;
+  g.arrival_s = vtime;
+  g.version = version;
+  g.compute_s = compute_s;
+  g.loss = loss;
+  g.seq = seq;
+  m_current.grads.push_back(g);
+  return true;
+}
+
+std::vector<int> ShardCore::choose_virtual() const {
+  std::vector<int> order;
+  for (int w = 0; w < m_workers; ++w) {
+    if (m_contributed[static_cast<std::size_t>(w)]) order.push_back(w);
+  }
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const double ta = m_vtime[static_cast<std::size_t>(a)], tb = m_vtime[static_cast<std::size_t>(b)];
+    return ta != tb ? ta < tb : a < b;
+  });
+  std::size_t take = std::min<std::size_t>(order.size(), static_cast<std::size_t>(m_n));
+  if (m_mode == Mode::kTimeout && !order.empty()) {
+    const double limit = m_vtime[static_cast<std::size_t>(order[0])] + m_timeout_s;
+    std::size_t within = 0;
+    while (within < take && m_vtime[static_cast<std::size_t>(order[within])] <= limit) ++within;
+    take = std::max<std::size_t>(1, within);
+  }
+  order.resize(take);
+  return order;
+}
+
 bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, float loss,
-                        double compute_s, double now, std::uint64_t seq) {
+                        double compute_s, double now, std::uint64_t seq, double vtime) {
+  if (m_virtual) return on_virtual_grad(worker, version, grad, loss, compute_s, seq, vtime);
   const auto w = static_cast<std::size_t>(worker);
   const auto staleness = static_cast<std::int64_t>(m_version) - static_cast<std::int64_t>(version);
   if (m_versioned) {
@@ -68,6 +130,7 @@ bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, fl
 }
 
 bool ShardCore::ready(double now) const {
+  if (m_virtual) return m_used > 0 && m_used >= expected_workers();
   switch (m_mode) {
     case Mode::kSync: return m_used == m_n;
     case Mode::kTimeout:
@@ -82,12 +145,37 @@ bool ShardCore::ready(double now) const {
 }
 
 double ShardCore::time_to_deadline(double now) const {
-  if (m_mode != Mode::kTimeout || m_used == 0) return -1.0;
+  if (m_virtual || m_mode != Mode::kTimeout || m_used == 0) return -1.0;
   return std::max(0.0, m_first_accept + m_timeout_s - now);
 }
 
 StepRecord ShardCore::apply(float* mean, double now) {
   if (m_used == 0) throw InternalError("shard apply() with no gradient");
+  if (m_virtual) {
+    // Only the chosen ones count: the others were computed, but late.
+    const std::vector<int> chosen = choose_virtual();
+    double last = 0.0, loss = 0.0;
+    for (int w = 0; w < m_workers; ++w) {
+      const auto wi = static_cast<std::size_t>(w);
+      if (m_contributed[wi] && std::find(chosen.begin(), chosen.end(), w) == chosen.end()) {
+        m_contributed[wi] = 0;
+      }
+    }
+    for (auto& g : m_current.grads) {
+      if (g.version != m_version) continue;  // recorded as dropped on arrival
+      g.accepted = m_contributed[static_cast<std::size_t>(g.worker)] != 0;
+      if (!g.accepted) ++m_drops[static_cast<std::size_t>(g.worker)];
+      if (g.accepted) {
+        last = std::max(last, g.arrival_s);
+        loss += g.loss;
+      }
+    }
+    std::stable_sort(m_current.grads.begin(), m_current.grads.end(),
+                     [](const GradRecord& a, const GradRecord& b) { return a.arrival_s < b.arrival_s; });
+    m_used = static_cast<int>(chosen.size());
+    m_loss_sum = loss;
+    now = m_step_start + last + m_apply_s;
+  }
   const float inv = 1.0f / static_cast<float>(m_used);
   if (m_versioned) {
     // Sum in worker order: the same N gradients give the same bits whatever
@@ -118,6 +206,7 @@ StepRecord ShardCore::apply(float* mean, double now) {
   out.t_apply = now;
   out.used = m_used;
   out.loss = static_cast<float>(m_loss_sum / m_used);
+  if (m_virtual) out.clock = "virtual";
   ++m_version;
   m_used = 0;
   m_loss_sum = 0.0;

@@ -12,6 +12,16 @@
 //   async/ssp: apply every gradient on arrival (staleness = t - version).
 //   softsync: apply the mean of every c gradients, whatever their version.
 //
+// With the virtual clock (train.clock = virtual; sync and timeout) a
+// gradient carries a modelled finish time (compute + straggler delay, since
+// the version's start). The core waits for the gradient of every live
+// worker of the version, then accepts the N with the smallest finish times
+// (ties: lower worker id) -- timeout: those within timeout_s of the first,
+// at most N -- whatever order they really arrived in; the step takes the
+// last accepted finish time plus the modelled apply time, on a virtual time
+// axis. Decisions, means and records are then a pure function of the seeds:
+// bitwise repeatable for any b.
+//
 // Answering a pull (a worker asking for parameters newer than `v`):
 //   sync/timeout: once the shard's version t > v (one gradient per worker
 //             per step; a late worker is answered at once);
@@ -45,7 +55,12 @@ class ShardCore {
   // `now`. Accepted ones are kept (copied) for the next update.
   // Returns whether it was accepted.
   bool on_grad(int worker, std::uint64_t version, const float* grad, float loss, double compute_s,
-               double now, std::uint64_t seq = 0);
+               double now, std::uint64_t seq = 0, double vtime = 0.0);
+
+  // The virtual clock (see above): every update takes `apply_s` of modelled
+  // time after its last accepted gradient. Only for sync and timeout.
+  void use_virtual_clock(double apply_s);
+  bool virtual_clock() const { return m_virtual; }
 
   // Whether an update is due at time `now`.
   bool ready(double now) const;
@@ -53,12 +68,15 @@ class ShardCore {
   double time_to_deadline(double now) const;
 
   // Writes the mean of the accepted gradients into `mean` [count], advances
-  // the version, and returns the finished step record (t_apply = now; lr is
-  // filled in by the caller). Requires ready().
+  // the version, and returns the finished step record (t_apply = now, or the
+  // virtual time; lr is filled in by the caller; used = gradients averaged).
+  // Requires ready().
   StepRecord apply(float* mean, double now);
   // The next step starts at `now` (after the optimiser has run), so that a
   // record's t_apply and the next record's t_start are the same instant.
-  void set_step_start(double now) { m_step_start = now; }
+  void set_step_start(double now) {
+    if (!m_virtual) m_step_start = now;
+  }
 
   // The SSP clock: `worker` pushed one more gradient (counted whether or
   // not it is still applied, e.g. after the last update).
@@ -85,6 +103,11 @@ class ShardCore {
  private:
   void record(int worker, std::uint64_t version, bool accepted, std::int64_t staleness,
               double compute_s, float loss, double now, std::uint64_t seq);
+  bool on_virtual_grad(int worker, std::uint64_t version, const float* grad, float loss,
+                       double compute_s, std::uint64_t seq, double vtime);
+  // The workers whose gradients an update under the virtual clock averages.
+  std::vector<int> choose_virtual() const;
+  int expected_workers() const;
 
   config::Mode m_mode;
   bool m_versioned;
@@ -103,6 +126,9 @@ class ShardCore {
   std::vector<std::int64_t> m_drops;
   std::vector<std::int64_t> m_clock;  // gradients pushed, per worker (ssp)
   std::vector<char> m_retired;
+  bool m_virtual = false;
+  double m_apply_s = 0.0;
+  std::vector<double> m_vtime;  // virtual: finish time per contributing worker
   StepRecord m_current;
 };
 

@@ -10,6 +10,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "comm/protocol.hpp"
 #include "common/signals.hpp"
+#include "worker/compute_model.hpp"
 
 namespace syncopt::worker {
 
@@ -33,7 +34,8 @@ Worker::Worker(const WorkerSetup& st)
                {st.cfg->data.augment_max_rotate_deg, st.cfg->data.augment_max_zoom}),
       m_params(st.param_count), m_grad(st.param_count),
       m_version(static_cast<std::size_t>(m_shards), 0),
-      m_stopped(static_cast<std::size_t>(m_shards), 0), m_sends(st.data_comm) {
+      m_stopped(static_cast<std::size_t>(m_shards), 0), m_sends(st.data_comm),
+      m_virtual(st.cfg->train.clock == "virtual") {
   std::vector<int> shards;
   for (int s = 0; s < m_shards; ++s) {
     const auto count = st.slices[static_cast<std::size_t>(s)].count;
@@ -164,6 +166,12 @@ void Worker::compute() {
                                 m_grad.data());
   m_compute_s = since(t_compute);
   m_result.compute_s += m_compute_s;
+  if (m_virtual) {
+    // Modelled, not measured, and not slept: the finish time decides.
+    m_compute_s = modelled_compute_s(m_st.cfg->sim, m_st.worker, m_step);
+    m_vtime_s = m_compute_s + m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
+    return;
+  }
   const double delay = m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
   if (delay > 0.0) {
     comm::sleep_s(delay);
@@ -192,6 +200,7 @@ void Worker::push_gradient() {
     h.count = static_cast<std::uint32_t>(slice.count);
     h.loss = m_loss;
     h.compute_s = m_compute_s;  // pure compute, without injected delay
+    h.vtime_s = m_vtime_s;
     std::copy_n(m_grad.begin() + static_cast<std::ptrdiff_t>(slice.offset), slice.count,
                 m.payload());
     m_sends.send(box[static_cast<std::size_t>(s)], s, comm::kTagToShard);

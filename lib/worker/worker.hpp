@@ -90,8 +90,10 @@ class Worker {
   checkpoint::State m_snap;              // the state before the current compute
   std::uint64_t m_snap_version = 0;      // shard 0's version it computes on
   bool m_stop_requested = false;
+  const bool m_virtual;  // train.clock = virtual
   float m_loss = 0.0f;
   double m_compute_s = 0.0;
+  double m_vtime_s = 0.0;  // virtual clock: modelled finish time of the last gradient
   WorkerResult m_result;
 };
 

@@ -77,6 +77,73 @@ TEST_CASE("sync applies exactly N fresh gradients and counts every drop", "[mpi]
   fs::remove_all(dir);
 }
 
+TEST_CASE("under the virtual clock the slow worker is dropped at every step, exactly",
+          "[mpi][sync][virtual]") {
+  // The same set-up as above, but which N of N + b count is decided by the
+  // modelled finish times (10 ms compute, worker 3 150 ms later), not by
+  // the machine: worker 3 is late at every one of the 250 steps.
+  const auto dir = temp_dir("exact-virtual");
+  const Result r = run_mpi(5, job(dir, "exact",
+                                  "--set train.mode=sync --set train.backups=1 --set "
+                                  "train.steps=250 --set model.name=mlp --set train.clock=virtual "
+                                  "--set sim.compute_ms=10 --set sim.compute_cv=0.1 "
+                                  "--set stragglers.model=fixed --set stragglers.workers=[3] "
+                                  "--set stragglers.mean_ms=150"));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const auto steps = read_jsonl(dir / "exact" / "steps.jsonl");
+  REQUIRE(steps.size() == 250);
+  std::int64_t slow_dropped = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const auto& rec = steps[i];
+    CHECK(rec["clock"] == "virtual");
+    CHECK(rec["version"].get<std::uint64_t>() == i);
+    std::set<int> contributors;
+    for (const auto& g : rec["grads"]) {
+      const int w = g["worker"].get<int>();
+      if (!g["accepted"].get<bool>()) {
+        CHECK(w == 3);  // only the slow one is ever late
+        ++slow_dropped;
+        continue;
+      }
+      CHECK(g["version"] == rec["version"]);
+      CHECK(contributors.insert(w).second);
+      CHECK(w != 3);  // never applied, from the first step on
+    }
+    CHECK(contributors == std::set<int>{0, 1, 2});
+    // The step lasts until its third finish time: ~10 ms, never the 160 ms of worker 3.
+    CHECK(rec["t_apply"].get<double>() - rec["t_start"].get<double>() < 0.05);
+  }
+  CHECK(slow_dropped == 250);
+  const auto summary = nlohmann::json::parse(read_text(dir / "exact" / "summary.json"));
+  CHECK(summary["drops_per_worker"][3].get<std::int64_t>() == 250);
+  CHECK(summary["accepted_per_worker"][3].get<std::int64_t>() == 0);
+  CHECK(summary["clock"] == "virtual");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("virtual-clock runs with b = 1 are bitwise repeatable", "[mpi][sync][virtual]") {
+  const auto dir = temp_dir("repeat-virtual");
+  const std::string args =
+      " --set train.mode=sync --set train.backups=1 --set train.steps=60 --set model.name=mlp "
+      "--set train.clock=virtual --set sim.compute_ms=10 --set sim.compute_cv=0.3 "
+      "--set stragglers.model=exponential --set stragglers.mean_ms=8 --set optim.ema=0.9";
+  const Result a = run_mpi(5, job(dir, "a", args));
+  const Result b = run_mpi(5, job(dir, "b", args));
+  INFO(a.output << b.output);
+  REQUIRE(a.code == 0);
+  REQUIRE(b.code == 0);
+  CHECK(read_floats(dir / "a" / "params.f32") == read_floats(dir / "b" / "params.f32"));
+  CHECK(read_floats(dir / "a" / "params_ema.f32") == read_floats(dir / "b" / "params_ema.f32"));
+  CHECK(read_text(dir / "a" / "steps.jsonl") == read_text(dir / "b" / "steps.jsonl"));
+  // And the backups did something: some steps dropped someone.
+  const auto summary = nlohmann::json::parse(read_text(dir / "a" / "summary.json"));
+  std::int64_t drops = 0;
+  for (const auto& d : summary["drops_per_worker"]) drops += d.get<std::int64_t>();
+  CHECK(drops == 60);  // one per step: N = 3 of 4
+  fs::remove_all(dir);
+}
+
 TEST_CASE("sync with b = 0, allreduce and local with batch N*B give the same parameters",
           "[mpi][equivalence]") {
   const auto dir = temp_dir("equiv");
