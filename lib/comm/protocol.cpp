@@ -20,6 +20,7 @@ const char* kind_name(std::uint16_t kind) {
     case Kind::kSaved: return "SAVED";
     case Kind::kFinal: return "FINAL";
     case Kind::kResult: return "RESULT";
+    case Kind::kDecision: return "DECISION";
   }
   return "unknown";
 }
@@ -66,7 +67,7 @@ std::string check_header(const MsgHeader& h, const Expect& e) {
   const bool carries = kind == Kind::kGrad || kind == Kind::kParams || kind == Kind::kFinal ||
                        kind == Kind::kResult;
   const std::size_t want = carries ? e.grad_count : 0;
-  if (h.count != want) {
+  if (kind == Kind::kDecision ? h.count > e.grad_count : h.count != want) {
     return from + kind_name(h.kind) + " carries " + std::to_string(h.count) +
            " floats, expected " + std::to_string(want);
   }

@@ -32,6 +32,7 @@ enum class Kind : std::uint16_t {
   // The end phase, point to point (a collective would hang on a dead rank):
   kFinal = 11,   // shard -> eval writer: final theta then EMA of its slice
   kResult = 12,  // eval writer -> rank 0: final test loss/acc of theta and EMA (4 floats)
+  kDecision = 13,  // shard 0 -> shards: the workers update `param_version` averages (ids as floats)
 };
 
 const char* kind_name(std::uint16_t kind);
@@ -45,6 +46,7 @@ inline constexpr int kTagCommand = 15;     // shard 0 -> shards, evaluator (CHEC
 inline constexpr int kTagFinal = 16;       // shard -> eval writer (FINAL)
 inline constexpr int kTagResult = 17;      // eval writer -> rank 0 (RESULT)
 inline constexpr int kTagRecords = 18;     // shard -> rank 0: its step records, raw bytes
+inline constexpr int kTagDecision = 19;    // shard 0 -> shards (DECISION)
 
 // Bits of MsgHeader::flags.
 inline constexpr std::uint32_t kFlagFinal = 1u;  // PARAMS to the evaluator: training has ended
@@ -64,7 +66,8 @@ struct MsgHeader {
   std::uint32_t flags = 0;          // kFlag* bits
   float loss = 0.0f;                // GRAD: the worker's mini-batch loss
   std::uint32_t code = 0;           // STOP, CHECKPOINT: the run's exit code so far
-  std::uint64_t examples = 0;       // PARAMS to evaluator: accepted examples so far
+  std::uint64_t examples = 0;       // PARAMS to evaluator: accepted examples so far;
+                                    // GRAD: the oldest version the worker held of any shard
   double compute_s = 0.0;           // GRAD: the worker's compute time for this gradient
   double vtime_s = 0.0;             // GRAD, train.clock = virtual: modelled finish time
                                     // (compute + straggler delay) since the version's start

@@ -229,6 +229,10 @@ std::vector<KeySpec> make_key_specs() {
                   "smallest, so runs are bitwise repeatable for any b and records use the "
                   "virtual time axis.",
                   "wall", "virtual"),
+      SYNCOPT_KEY(train, agree_shards, no_range(), "",
+                  "sync and timeout with several shards: shard 0 decides which N workers an "
+                  "update averages and the other shards apply the same ones (else each shard "
+                  "takes its own first N, counted as cross_shard_disagreements)."),
       // [cluster]
       SYNCOPT_KEY(cluster, ps, at_least(1), "", "Parameter-server shards (one rank each)."),
       SYNCOPT_KEY(cluster, evaluator, no_range(), "",

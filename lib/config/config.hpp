@@ -75,6 +75,7 @@ struct TrainConfig {
   std::int64_t ssp_bound = 3;
   double timeout_ms = 100.0;
   std::string clock = "wall";  // wall | virtual (DESIGN.md §10, "Clocks")
+  bool agree_shards = true;    // several shards apply the same N workers (shard 0 decides)
 
   bool operator==(const TrainConfig&) const = default;
 };

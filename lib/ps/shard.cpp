@@ -31,6 +31,8 @@ Shard::Shard(const ShardSetup& st)
     : m_st(st), m_cfg(*st.cfg), m_roles(*st.roles), m_self(st.shard), m_workers(st.roles->workers),
       m_count(st.slice.count), m_has_eval(st.roles->evaluator_rank >= 0),
       m_use_ema(st.cfg->optim.ema > 0.0),
+      m_agree(st.roles->shards > 1 && config::traits(st.roles->mode).versioned &&
+              st.cfg->train.clock != "virtual" && st.cfg->train.agree_shards),
       m_core(st.roles->mode, st.roles->workers, st.roles->n, st.slice.count,
              st.cfg->train.timeout_ms / 1000.0, st.cfg->train.ssp_bound),
       m_theta(st.initial, st.initial + st.slice.count), m_mean(st.slice.count),
@@ -68,6 +70,12 @@ Shard::Shard(const ShardSetup& st)
   m_watch = std::make_unique<comm::Watch>(st.live_comm, m_self, peers, peers,
                                           m_cfg.cluster.dead_after_s, now);
   if (m_cfg.train.clock == "virtual") m_core.use_virtual_clock(m_cfg.sim.apply_ms / 1000.0);
+  if (m_agree && m_self == 0) m_core.lead();
+  if (m_agree && m_self != 0) {
+    m_core.follow_leader();
+    m_decision_slot = m_recvs.add(0, comm::kTagDecision, st.ctrl_comm,
+                                  static_cast<std::size_t>(m_workers));
+  }
   if (st.resume != nullptr) restore(*st.resume);
   m_last_checkpoint_s = now;
   if (done_training()) finish(ExitCode::kOk, "completed", "");
@@ -146,11 +154,44 @@ bool Shard::receive() {
     m_watch->heard(m_recvs.source(d.slot), seen);
     if (d.slot < m_workers) {
       on_worker_message(d.slot, d.bytes, seen);
+    } else if (d.slot == m_decision_slot) {
+      on_decision(d.bytes);
     } else {
       on_peer_message(d.slot, d.bytes);
     }
   }
   return true;
+}
+
+// A follower: shard 0's choice of workers for one version.
+void Shard::on_decision(int bytes) {
+  const comm::MsgHeader& h = m_recvs.message(m_decision_slot).header();
+  const std::string err = comm::check_header(
+      h, {0, {Kind::kDecision}, static_cast<std::uint32_t>(m_self),
+          static_cast<std::size_t>(m_workers), bytes});
+  if (!err.empty()) protocol_error(err);
+  const float* p = m_recvs.message(m_decision_slot).payload();
+  std::vector<int> workers(p, p + h.count);
+  m_core.decide(h.param_version, std::move(workers));
+  m_recvs.post(m_decision_slot);
+  apply_due();
+}
+
+// Shard 0: which workers the update just applied averaged, to every live
+// follower (one small message per shard and step: the cost of agreeing).
+void Shard::send_decision(const metrics::StepRecord& rec) {
+  std::vector<float> ids;
+  for (const auto& g : rec.grads) {
+    if (g.accepted && g.version == rec.version) ids.push_back(static_cast<float>(g.worker));
+  }
+  for (int s = 1; s < m_roles.shards; ++s) {
+    if (!m_watch->alive(s)) continue;
+    auto h = comm::make_header(Kind::kDecision, 0, s, rec.version);
+    h.count = static_cast<std::uint32_t>(ids.size());
+    auto msg = comm::make_message(ids.size(), h);
+    std::copy(ids.begin(), ids.end(), msg->payload());
+    m_ctrl_sends.send(std::move(msg), s, comm::kTagDecision);
+  }
 }
 
 // The evaluator, or another shard (ctrl communicator).
@@ -222,7 +263,7 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
       ++m_after_end;
     } else {
       m_core.on_grad(w, h.param_version, m.payload(), h.loss, h.compute_s, seen, h.step_seq,
-                     h.vtime_s);
+                     h.vtime_s, h.examples);
     }
   }
   m_pending[wi] = {true, h.param_version};
@@ -252,6 +293,7 @@ void Shard::apply_one() {
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch));
   metrics::StepRecord rec = m_core.apply(m_mean.data(), m_st.clock->now());
+  if (m_agree && m_self == 0) send_decision(rec);
   if (!std::isfinite(rec.loss) || !all_finite(m_mean)) {
     // Nothing non-finite is applied or saved: the last checkpoint stays.
     finish(ExitCode::kInternal, "failed",

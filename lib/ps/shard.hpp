@@ -106,6 +106,8 @@ class Shard {
   };
 
   bool receive();
+  void on_decision(int bytes);
+  void send_decision(const metrics::StepRecord& rec);
   void on_worker_message(int w, int bytes, double seen);
   void on_peer_message(int slot, int bytes);
   bool apply_due();
@@ -144,6 +146,8 @@ class Shard {
   const std::size_t m_count;
   const bool m_has_eval;
   const bool m_use_ema;
+  // Several shards agree on the N workers of each update (shard 0 decides).
+  const bool m_agree;
 
   ShardCore m_core;
   std::vector<float> m_theta, m_mean;
@@ -154,6 +158,7 @@ class Shard {
   // Receives: slot w for worker w, then the evaluator, then the other shards.
   comm::RecvSlots m_recvs;
   int m_eval_slot = -1;
+  int m_decision_slot = -1;  // a follower's receive of shard 0's decisions
   std::vector<int> m_shard_slot;  // per shard rank (-1 for this one)
   comm::SendQueue m_data_sends, m_ctrl_sends;
   std::vector<comm::SharedMessage> m_snapshots;  // published versions, reused once free

@@ -58,14 +58,26 @@ int ShardCore::expected_workers() const {
   return static_cast<int>(std::count(m_retired.begin(), m_retired.end(), 0));
 }
 
-// Virtual clock: kept until every live worker's gradient of the version is
-// in; accepted or dropped at apply().
-bool ShardCore::on_virtual_grad(int worker, std::uint64_t version, const float* grad, float loss,
-                                double compute_s, std::uint64_t seq, double vtime) {
+void ShardCore::follow_leader() {
+  if (!m_versioned) throw InternalError("follow_leader() for a mode without versions");
+  m_follower = true;
+  m_vtime.assign(static_cast<std::size_t>(m_workers), 0.0);
+}
+
+void ShardCore::decide(std::uint64_t version, std::vector<int> workers) {
+  if (version < m_version) return;  // a decision this shard no longer needs
+  m_decided[version] = std::move(workers);
+}
+
+// Virtual clock, follower: every fresh gradient of the version is kept;
+// accepted or dropped at apply().
+bool ShardCore::on_deferred_grad(int worker, std::uint64_t version, const float* grad, float loss,
+                                 double compute_s, double now, std::uint64_t seq, double vtime) {
   const auto w = static_cast<std::size_t>(worker);
   const auto staleness = static_cast<std::int64_t>(m_version) - static_cast<std::int64_t>(version);
+  const double at = m_virtual ? vtime : now - m_step_start;
   if (version != m_version || m_contributed[w]) {
-    record(worker, version, false, staleness, compute_s, loss, vtime, seq);
+    record(worker, version, false, staleness, compute_s, loss, m_virtual ? vtime : now, seq);
     return false;
   }
   std::copy(grad, grad + m_count, m_slots[w].begin());
@@ -75,7 +87,7 @@ bool ShardCore::on_virtual_grad(int worker, std::uint64_t version, const float* 
   m_loss_sum += loss;
   GradRecord g;  // decided at apply()
   g.worker = worker;
-  g.arrival_s = vtime;
+  g.arrival_s = at;
   g.version = version;
   g.compute_s = compute_s;
   g.loss = loss;
@@ -84,7 +96,14 @@ bool ShardCore::on_virtual_grad(int worker, std::uint64_t version, const float* 
   return true;
 }
 
-std::vector<int> ShardCore::choose_virtual() const {
+std::vector<int> ShardCore::choose_deferred() const {
+  if (m_follower) {
+    std::vector<int> chosen;
+    for (const int w : m_decided.at(m_version)) {
+      if (m_contributed[static_cast<std::size_t>(w)]) chosen.push_back(w);
+    }
+    return chosen;
+  }
   std::vector<int> order;
   for (int w = 0; w < m_workers; ++w) {
     if (m_contributed[static_cast<std::size_t>(w)]) order.push_back(w);
@@ -104,14 +123,21 @@ std::vector<int> ShardCore::choose_virtual() const {
   return order;
 }
 
+void ShardCore::lead() { m_leader = true; }
+
 bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, float loss,
-                        double compute_s, double now, std::uint64_t seq, double vtime) {
-  if (m_virtual) return on_virtual_grad(worker, version, grad, loss, compute_s, seq, vtime);
+                        double compute_s, double now, std::uint64_t seq, double vtime,
+                        std::uint64_t oldest) {
+  if (deferred()) return on_deferred_grad(worker, version, grad, loss, compute_s, now, seq, vtime);
   const auto w = static_cast<std::size_t>(worker);
   const auto staleness = static_cast<std::int64_t>(m_version) - static_cast<std::int64_t>(version);
   if (m_versioned) {
-    // Fresh, first from this worker in this step, and among the first N.
-    const bool accept = version == m_version && !m_contributed[w] && m_used < m_n;
+    // Fresh, first from this worker in this step, and among the first N;
+    // a leader also wants it fresh on every shard (a worker that started,
+    // or was answered, between two shards' versions is stale on one).
+    const bool fresh = version == m_version && (!m_leader || oldest == kEveryShard ||
+                                                oldest >= version);
+    const bool accept = fresh && !m_contributed[w] && m_used < m_n;
     record(worker, version, accept, staleness, compute_s, loss, now, seq);
     if (!accept) return false;
     std::copy(grad, grad + m_count, m_slots[w].begin());
@@ -131,6 +157,22 @@ bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, fl
 
 bool ShardCore::ready(double now) const {
   if (m_virtual) return m_used > 0 && m_used >= expected_workers();
+  if (m_follower) {
+    // The leader's set is known, and each of its workers' gradients is in
+    // (a worker that died meanwhile is not waited for).
+    const auto it = m_decided.find(m_version);
+    if (it == m_decided.end()) return false;
+    int in = 0;
+    for (const int w : it->second) {
+      const auto wi = static_cast<std::size_t>(w);
+      if (m_contributed[wi]) {
+        ++in;
+      } else if (!m_retired[wi]) {
+        return false;
+      }
+    }
+    return in > 0;
+  }
   switch (m_mode) {
     case Mode::kSync: return m_used == m_n;
     case Mode::kTimeout:
@@ -145,15 +187,15 @@ bool ShardCore::ready(double now) const {
 }
 
 double ShardCore::time_to_deadline(double now) const {
-  if (m_virtual || m_mode != Mode::kTimeout || m_used == 0) return -1.0;
+  if (deferred() || m_mode != Mode::kTimeout || m_used == 0) return -1.0;
   return std::max(0.0, m_first_accept + m_timeout_s - now);
 }
 
 StepRecord ShardCore::apply(float* mean, double now) {
   if (m_used == 0) throw InternalError("shard apply() with no gradient");
-  if (m_virtual) {
+  if (deferred()) {
     // Only the chosen ones count: the others were computed, but late.
-    const std::vector<int> chosen = choose_virtual();
+    const std::vector<int> chosen = choose_deferred();
     double last = 0.0, loss = 0.0;
     for (int w = 0; w < m_workers; ++w) {
       const auto wi = static_cast<std::size_t>(w);
@@ -174,7 +216,8 @@ StepRecord ShardCore::apply(float* mean, double now) {
                      [](const GradRecord& a, const GradRecord& b) { return a.arrival_s < b.arrival_s; });
     m_used = static_cast<int>(chosen.size());
     m_loss_sum = loss;
-    now = m_step_start + last + m_apply_s;
+    if (m_virtual) now = m_step_start + last + m_apply_s;
+    m_decided.erase(m_decided.begin(), m_decided.upper_bound(m_version));
   }
   const float inv = 1.0f / static_cast<float>(m_used);
   if (m_versioned) {

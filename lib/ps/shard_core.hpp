@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,13 +55,27 @@ class ShardCore {
   // A gradient from `worker`, computed on `version`, arrived at run time
   // `now`. Accepted ones are kept (copied) for the next update.
   // Returns whether it was accepted.
+  // `oldest`: the oldest version the worker held of any shard (the leader
+  // of agreeing shards accepts only a gradient fresh on every shard).
   bool on_grad(int worker, std::uint64_t version, const float* grad, float loss, double compute_s,
-               double now, std::uint64_t seq = 0, double vtime = 0.0);
+               double now, std::uint64_t seq = 0, double vtime = 0.0,
+               std::uint64_t oldest = kEveryShard);
+  static constexpr std::uint64_t kEveryShard = ~std::uint64_t{0};
+  // Several shards agree and this one decides (shard 0).
+  void lead();
 
   // The virtual clock (see above): every update takes `apply_s` of modelled
   // time after its last accepted gradient. Only for sync and timeout.
   void use_virtual_clock(double apply_s);
   bool virtual_clock() const { return m_virtual; }
+
+  // Several shards, wall clock (sync, timeout): shard 0 decides which
+  // workers an update averages and the others follow, so that every shard
+  // applies the same N workers. A follower keeps every fresh gradient of
+  // its version and applies once decide() named the set for that version
+  // and every named (live) worker's gradient is in.
+  void follow_leader();
+  void decide(std::uint64_t version, std::vector<int> workers);
 
   // Whether an update is due at time `now`.
   bool ready(double now) const;
@@ -103,10 +118,12 @@ class ShardCore {
  private:
   void record(int worker, std::uint64_t version, bool accepted, std::int64_t staleness,
               double compute_s, float loss, double now, std::uint64_t seq);
-  bool on_virtual_grad(int worker, std::uint64_t version, const float* grad, float loss,
-                       double compute_s, std::uint64_t seq, double vtime);
-  // The workers whose gradients an update under the virtual clock averages.
-  std::vector<int> choose_virtual() const;
+  bool on_deferred_grad(int worker, std::uint64_t version, const float* grad, float loss,
+                        double compute_s, double now, std::uint64_t seq, double vtime);
+  // The workers an update averages when the choice is deferred to apply():
+  // the N smallest finish times (virtual), or the leader's set (follower).
+  std::vector<int> choose_deferred() const;
+  bool deferred() const { return m_virtual || m_follower; }
   int expected_workers() const;
 
   config::Mode m_mode;
@@ -129,6 +146,9 @@ class ShardCore {
   bool m_virtual = false;
   double m_apply_s = 0.0;
   std::vector<double> m_vtime;  // virtual: finish time per contributing worker
+  bool m_follower = false;
+  bool m_leader = false;
+  std::map<std::uint64_t, std::vector<int>> m_decided;  // follower: version -> workers
   StepRecord m_current;
 };
 

@@ -201,6 +201,7 @@ void Worker::push_gradient() {
     h.loss = m_loss;
     h.compute_s = m_compute_s;  // pure compute, without injected delay
     h.vtime_s = m_vtime_s;
+    h.examples = *std::min_element(m_version.begin(), m_version.end());
     std::copy_n(m_grad.begin() + static_cast<std::ptrdiff_t>(slice.offset), slice.count,
                 m.payload());
     m_sends.send(box[static_cast<std::size_t>(s)], s, comm::kTagToShard);

@@ -144,6 +144,35 @@ TEST_CASE("virtual-clock runs with b = 1 are bitwise repeatable", "[mpi][sync][v
   fs::remove_all(dir);
 }
 
+TEST_CASE("with several shards every sync step applies the same N workers on every shard",
+          "[mpi][sync][shards]") {
+  // 2 shards + 4 workers, N = 3, stragglers so that who is late changes:
+  // shard 0 decides, shard 1 follows (train.agree_shards, the default).
+  const auto dir = temp_dir("agree");
+  const std::string args =
+      " --set train.mode=sync --set train.backups=1 --set train.steps=200 --set model.name=mlp "
+      "--set cluster.ps=2 --set stragglers.model=bernoulli --set stragglers.prob=0.3 "
+      "--set stragglers.factor=4";
+  const Result r = run_mpi(6, job(dir, "agree", args));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  std::map<std::pair<int, std::uint64_t>, std::set<int>> used;  // (shard, version) -> workers
+  for (const auto& rec : read_jsonl(dir / "agree" / "steps.jsonl")) {
+    auto& set = used[{rec["shard"].get<int>(), rec["version"].get<std::uint64_t>()}];
+    for (const auto& g : rec["grads"]) {
+      if (g["accepted"].get<bool>()) set.insert(g["worker"].get<int>());
+    }
+  }
+  for (std::uint64_t v = 0; v < 200; ++v) {
+    INFO("version " << v);
+    CHECK(used[{0, v}].size() == 3);
+    CHECK(used[{0, v}] == used[{1, v}]);
+  }
+  const auto summary = nlohmann::json::parse(read_text(dir / "agree" / "summary.json"));
+  CHECK(summary["cross_shard_disagreements"].get<std::int64_t>() == 0);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("sync with b = 0, allreduce and local with batch N*B give the same parameters",
           "[mpi][equivalence]") {
   const auto dir = temp_dir("equiv");
