@@ -28,6 +28,7 @@ namespace syncopt::config {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::int64_t kAutoInt = config::kAuto;
 constexpr std::uint64_t kMaxTomlInt =
     static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
 // Duplicate keys are recovered from by blanking the offending line and parsing
@@ -210,7 +211,11 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(train, epochs, at_least(0), "> 0 when train.steps = 0",
                   "Epochs of accepted examples (used when train.steps = 0)."),
       SYNCOPT_KEY(train, backups, at_least(0), "",
-                  "b, backup workers: an update uses N = workers - b gradients."),
+                  "b, backup workers: an update uses N = workers - b gradients. \"auto\": the "
+                  "shard picks N online from the recent arrival times to maximise progress per "
+                  "second, N / (time to the N-th gradient + update cost), with the lr following N "
+                  "(needs optim.scale_lr_by_n = true); the N of each update is in its record.",
+                  "auto"),
       SYNCOPT_KEY(train, softsync_c, at_least(1), "", "softsync: gradients aggregated per update."),
       SYNCOPT_KEY(train, ssp_bound, at_least(0), "",
                   "ssp: Ho et al.'s stale synchronous clock bound: a worker that has pushed more "
@@ -548,8 +553,13 @@ std::string format_value(const KeySpec& spec, const Config& cfg) {
   switch (spec.type) {
     case KeyType::kString:
       return toml_string(field_of<std::string>(spec, cfg));
-    case KeyType::kInt:
-      return std::to_string(field_of<std::int64_t>(spec, cfg));
+    case KeyType::kInt: {
+      // An integer key with a word allowed in its place (train.backups =
+      // "auto") stores the word as kAutoInt.
+      const std::int64_t v = field_of<std::int64_t>(spec, cfg);
+      if (v == kAutoInt && !spec.choices.empty()) return toml_string(spec.choices.front());
+      return std::to_string(v);
+    }
     case KeyType::kUint:
       return std::to_string(field_of<std::uint64_t>(spec, cfg));
     case KeyType::kFloat:
@@ -643,6 +653,14 @@ std::optional<AssignError> assign(const KeySpec& spec, const toml::node& node, C
         field_of<std::int64_t>(spec, cfg) = v->get();
         return std::nullopt;
       }
+      if (const auto* v = node.as_string(); v != nullptr && !spec.choices.empty()) {
+        if (v->get() == spec.choices.front()) {
+          field_of<std::int64_t>(spec, cfg) = kAutoInt;
+          return std::nullopt;
+        }
+        return AssignError{"expected integer or \"" + std::string(spec.choices.front()) +
+                           "\", found " + describe(node)};
+      }
       break;
     case KeyType::kUint:
       if (const auto* v = node.as_integer(); v != nullptr && v->get() >= 0) {
@@ -727,7 +745,8 @@ std::vector<Problem> check(const Config& cfg) {
         break;
       }
       case KeyType::kInt:
-        if (!in_range(static_cast<double>(field_of<std::int64_t>(spec, cfg)), spec.range)) {
+        if (!(field_of<std::int64_t>(spec, cfg) == kAutoInt && !spec.choices.empty()) &&
+            !in_range(static_cast<double>(field_of<std::int64_t>(spec, cfg)), spec.range)) {
           add(spec, "must be " + range_text(spec.range));
         }
         break;
@@ -783,6 +802,10 @@ std::vector<Problem> check(const Config& cfg) {
   }
   if (cfg.train.steps == 0 && !(cfg.train.epochs > 0)) {
     add(spec_of("train", "epochs"), "must be > 0 when train.steps = 0 (set one of the two)");
+  }
+  if (cfg.train.backups == kAuto && !cfg.optim.scale_lr_by_n) {
+    add(spec_of("train", "backups"), "needs optim.scale_lr_by_n = true: the lr follows the N "
+                                     "that is chosen");
   }
   if (cfg.train.clock == "virtual" && cfg.train.mode != Mode::kSync &&
       cfg.train.mode != Mode::kTimeout) {
@@ -1042,7 +1065,9 @@ class Loader {
     const toml::node* node = parsed ? parsed->get("v") : nullptr;
     // Quotes rarely survive the shell: a string key takes the bare text
     // (`--set train.mode=async`) unless it was written as a TOML string.
-    const bool named = spec->type == KeyType::kString || spec->type == KeyType::kMode;
+    const bool named = spec->type == KeyType::kString || spec->type == KeyType::kMode ||
+                       (spec->type == KeyType::kInt && !spec->choices.empty() &&
+                        text == spec->choices.front());
     if (named && (node == nullptr || !node->is_string())) {
       const toml::value<std::string> bare(text);
       if (auto why = assign(*spec, bare, m_cfg)) {
@@ -1144,7 +1169,11 @@ std::string key_reference() {
     }
     std::string head = "  " + spec.path() + " = " + format_value(spec, defaults);
     std::string allowed = spec.type == KeyType::kUint ? "integer" : type_name(spec.type);
-    if (!spec.choices.empty()) allowed += ", one of " + join(spec.choices, " | ");
+    if (!spec.choices.empty() && spec.type == KeyType::kInt) {
+      allowed += " or \"" + std::string(spec.choices.front()) + "\"";
+    } else if (!spec.choices.empty()) {
+      allowed += ", one of " + join(spec.choices, " | ");
+    }
     if (has_range(spec.range)) {
       allowed += spec.type == KeyType::kIntList ? ", each " : ", ";
       allowed += range_text(spec.range);

@@ -65,12 +65,15 @@ struct OptimConfig {
   bool operator==(const OptimConfig&) const = default;
 };
 
+// An integer key set to its word (train.backups = "auto").
+inline constexpr std::int64_t kAuto = -1;
+
 struct TrainConfig {
   Mode mode = Mode::kLocal;  // parsed once from the name (config/mode.hpp)
   std::int64_t batch = 32;     // per worker
   std::int64_t steps = 0;      // updates; 0 = use epochs
   double epochs = 1.0;         // epochs of accepted examples
-  std::int64_t backups = 1;    // b; N = workers - b
+  std::int64_t backups = 1;    // b; N = workers - b; kAuto: chosen online (adaptive b)
   std::int64_t softsync_c = 1;
   std::int64_t ssp_bound = 3;
   double timeout_ms = 100.0;

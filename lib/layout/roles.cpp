@@ -1,6 +1,7 @@
 // Role layout, parameter slicing and the run plan (see roles.hpp).
 #include "layout/roles.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -48,7 +49,7 @@ std::vector<std::string> check_layout(const config::Config& cfg, int world) {
                    " or more");
     return errs;
   }
-  if (t.has_backups && cfg.train.backups >= workers) {
+  if (t.has_backups && cfg.train.backups != config::kAuto && cfg.train.backups >= workers) {
     errs.push_back("train.backups = " + std::to_string(cfg.train.backups) + " leaves N = " +
                    std::to_string(workers - cfg.train.backups) + " with " +
                    std::to_string(workers) + " workers (world " + std::to_string(world) + " - " +
@@ -74,7 +75,11 @@ Roles make_roles(const config::Config& cfg, int world) {
     r.first_worker = r.shards + (cfg.cluster.evaluator ? 1 : 0);
   }
   r.workers = world - r.first_worker;
-  r.backups = t.has_backups ? static_cast<int>(cfg.train.backups) : 0;
+  r.adaptive = t.has_backups && cfg.train.backups == config::kAuto;
+  // Adaptive b starts with one backup (none with a single worker).
+  r.backups = !t.has_backups ? 0
+              : r.adaptive   ? std::min(1, r.workers - 1)
+                             : static_cast<int>(cfg.train.backups);
   r.n = config::gradients_per_update(r.mode, r.workers, r.backups,
                                      static_cast<int>(cfg.train.softsync_c));
   return r;
@@ -103,7 +108,8 @@ std::string describe(const Roles& roles, std::size_t param_count) {
        << " workers";
   }
   if (traits(roles.mode).has_backups) {
-    os << " (N = " << roles.n << ", b = " << roles.backups << ")";
+    os << " (N = " << roles.n << ", b = " << roles.backups
+       << (roles.adaptive ? ", adapted online: train.backups = auto" : "") << ")";
   }
   os << "\n";
   const auto slices =

@@ -28,7 +28,8 @@ struct Roles {
   int first_worker = 0;
   int workers = 1;          // K
   int n = 1;                // gradients per update (config/mode.hpp's NRule)
-  int backups = 0;          // b
+  int backups = 0;          // b (adaptive: where it starts)
+  bool adaptive = false;    // train.backups = "auto": N chosen online by the shards
 
   Role role_of(int rank) const;
   int shard_of(int rank) const { return rank; }

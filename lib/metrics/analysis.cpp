@@ -181,7 +181,11 @@ RunAnalysis analyze(const std::vector<StepRecord>& steps, const RunInfo& info) {
       {"wall_s", info.wall_s},
       {"examples", info.examples},
       {"epochs", info.epochs},
-      {"examples_per_s", info.wall_s > 0 ? static_cast<double>(info.examples) / info.wall_s : 0.0},
+      // Rates over the training itself (first step's start to last update),
+      // not the wall time, which also holds start-up and a worker finishing
+      // its last step after the end: the rates agree with each other.
+      {"train_s", t.span},
+      {"examples_per_s", t.span > 0 ? static_cast<double>(info.examples) / t.span : 0.0},
       {"steps_per_s", t.span > 0 ? static_cast<double>(shard0.size()) / t.span : 0.0},
       {"step_time_p50_s", percentile(t.step, 50)},
       {"step_time_p90_s", percentile(t.step, 90)},

@@ -23,6 +23,7 @@ json to_json(const StepRecord& r) {
             {"t_apply", r.t_apply}, {"version", r.version}, {"lr", r.lr},
             {"loss", r.loss},       {"used", r.used},       {"grads", std::move(grads)}};
   if (!r.clock.empty()) j["clock"] = r.clock;
+  if (r.n > 0) j["n"] = r.n;
   return j;
 }
 
@@ -38,6 +39,7 @@ StepRecord step_from_json(const json& j, const std::string& origin) {
     r.loss = j.at("loss").get<float>();
     r.used = j.value("used", 0);
     r.clock = j.value("clock", std::string());
+    r.n = j.value("n", 0);
     for (const auto& g : j.at("grads")) {
       GradRecord gr;
       gr.worker = g.at("worker").get<int>();

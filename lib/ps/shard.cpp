@@ -38,8 +38,9 @@ Shard::Shard(const ShardSetup& st)
       m_theta(st.initial, st.initial + st.slice.count), m_mean(st.slice.count),
       m_opt(optim::optimizer_options(st.cfg->optim), st.slice.count),
       m_ema(m_use_ema ? st.cfg->optim.ema : 0.0, m_theta.data(), st.slice.count),
+      // Adaptive b: the lr is scaled by the N of each update, not a fixed one.
       m_sched(optim::schedule_options(st.cfg->optim, st.plan->total_epochs,
-                                      st.plan->lr_multiplier)),
+                                      st.roles->adaptive ? 1.0 : st.plan->lr_multiplier)),
       m_data_sends(st.data_comm), m_ctrl_sends(st.ctrl_comm),
       m_pending(static_cast<std::size_t>(m_workers)), m_done(static_cast<std::size_t>(m_workers), 0),
       m_dead(static_cast<std::size_t>(m_workers), 0),
@@ -71,6 +72,9 @@ Shard::Shard(const ShardSetup& st)
                                           m_cfg.cluster.dead_after_s, now);
   if (m_cfg.train.clock == "virtual") m_core.use_virtual_clock(m_cfg.sim.apply_ms / 1000.0);
   if (m_agree && m_self == 0) m_core.lead();
+  if (m_roles.adaptive && (m_self == 0 || m_cfg.train.clock == "virtual")) {
+    m_adaptive = std::make_unique<AdaptiveN>(m_workers, m_roles.n);
+  }
   if (m_agree && m_self != 0) {
     m_core.follow_leader();
     m_decision_slot = m_recvs.add(0, comm::kTagDecision, st.ctrl_comm,
@@ -259,6 +263,17 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
   if (kind == Kind::kGrad) {
     m_core.on_push(w);
     m_last_seq[wi] = h.step_seq;
+    if (m_adaptive) {
+      // When it finished, from its version's start (late ones too).
+      if (m_core.virtual_clock()) {
+        m_adaptive->on_arrival(h.param_version, h.vtime_s);
+      } else if (h.param_version == m_core.version()) {
+        m_adaptive->on_arrival(h.param_version, seen - m_core.step_start());
+      } else if (const auto it = m_version_start.find(h.param_version);
+                 it != m_version_start.end()) {
+        m_adaptive->on_arrival(h.param_version, seen - it->second);
+      }
+    }
     if (m_finished) {
       ++m_after_end;
     } else {
@@ -291,8 +306,10 @@ bool Shard::apply_due() {
 
 void Shard::apply_one() {
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
-  const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch));
   metrics::StepRecord rec = m_core.apply(m_mean.data(), m_st.clock->now());
+  // Adaptive b: the lr follows the N this update averages (scale_lr_by_n).
+  const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) *
+                                     (m_roles.adaptive ? rec.used : 1));
   if (m_agree && m_self == 0) send_decision(rec);
   if (!std::isfinite(rec.loss) || !all_finite(m_mean)) {
     // Nothing non-finite is applied or saved: the last checkpoint stays.
@@ -315,6 +332,8 @@ void Shard::apply_one() {
     rec.t_apply = m_st.clock->now();  // after the optimiser: the next step starts here
     m_core.set_step_start(rec.t_apply);
   }
+  if (m_roles.adaptive) rec.n = rec.used;
+  if (m_adaptive) adapt(rec);
   m_current.reset();  // parameters changed: the next answer publishes anew
   m_st.steps_log->write(rec);
   if (done_training()) finish(ExitCode::kOk, "completed", "");
@@ -322,6 +341,24 @@ void Shard::apply_one() {
   if (m_st.inline_eval && !m_finished) {
     m_st.inline_eval(m_core.version(), m_examples, m_theta.data(),
                      m_use_ema ? m_ema.data() : m_theta.data());
+  }
+}
+
+// Adaptive b: what this update said about arrival times, and the N of the next.
+void Shard::adapt(const metrics::StepRecord& rec) {
+  double last = 0.0;
+  for (const auto& g : rec.grads) {
+    if (g.accepted) last = std::max(last, g.arrival_s);
+  }
+  m_version_start[rec.version] = rec.t_start;
+  while (m_version_start.size() > 8) m_version_start.erase(m_version_start.begin());
+  m_adaptive->on_applied(rec.version, std::max(0.0, rec.t_apply - rec.t_start - last));
+  if (m_adaptive->n() != m_core.n()) {
+    if (m_self == 0) {
+      spdlog::info("adaptive b: N {} -> {} of {} workers at step {}", m_core.n(), m_adaptive->n(),
+                   m_workers, rec.step);
+    }
+    m_core.set_n(m_adaptive->n());
   }
 }
 
@@ -506,6 +543,10 @@ void Shard::lose_worker(int w, double now) {
                                    "s (cluster.dead_after_s = " +
                                    std::to_string(m_cfg.cluster.dead_after_s) + ")"}});
   const int live = live_workers();
+  if (m_adaptive) {
+    m_adaptive->set_live(live);
+    m_core.set_n(m_adaptive->n());
+  }
   if (m_self == 0) {
     spdlog::warn("worker {} ({}) has been silent for {:.0f}s at step {}: excluded, {} of {} "
                  "workers live, {} needed",

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -37,6 +38,7 @@
 #include "metrics/records.hpp"
 #include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
+#include "ps/adaptive.hpp"
 #include "ps/shard_core.hpp"
 
 namespace syncopt::ps {
@@ -112,6 +114,7 @@ class Shard {
   void on_peer_message(int slot, int bytes);
   bool apply_due();
   void apply_one();
+  void adapt(const metrics::StepRecord& rec);
   bool answer_pulls();
   bool serve_evaluator();
   void notify_evaluator();
@@ -150,6 +153,10 @@ class Shard {
   const bool m_agree;
 
   ShardCore m_core;
+  // train.backups = auto: the N of the next update (shard 0; every shard
+  // under the virtual clock, where all see the same finish times).
+  std::unique_ptr<AdaptiveN> m_adaptive;
+  std::map<std::uint64_t, double> m_version_start;  // recent versions' start times
   std::vector<float> m_theta, m_mean;
   optim::Optimizer m_opt;
   optim::Ema m_ema;

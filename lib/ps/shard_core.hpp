@@ -104,6 +104,10 @@ class ShardCore {
   bool may_answer(int worker, std::uint64_t wanted) const;
 
   std::uint64_t version() const { return m_version; }
+  // The N of the next update (adaptive b), 1..K.
+  void set_n(int n) { m_n = n; }
+  int n() const { return m_n; }
+  double step_start() const { return m_step_start; }
   // Gradients dropped so far, per worker.
   const std::vector<std::int64_t>& drops() const { return m_drops; }
   int pending() const { return m_used; }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/protocol.hpp"
+#include "ps/adaptive.hpp"
 #include "ps/shard_core.hpp"
 #include "layout/roles.hpp"
 
@@ -216,4 +217,43 @@ TEST_CASE("the plan scales lr by N, the gradients per update, not by K", "[ps][p
   CHECK(layout::make_plan(cfg, layout::make_roles(cfg, 6), 100).lr_multiplier == 6.0);
   cfg.optim.scale_lr_by_n = false;
   CHECK(layout::make_plan(cfg, layout::make_roles(cfg, 6), 100).lr_multiplier == 1.0);
+}
+
+TEST_CASE("adaptive N converges to the best N of a synthetic arrival model", "[ps][adaptive]") {
+  // K = 10: eight workers finish around 1.0 s, one at 3 s, one at 6 s, and an
+  // update costs 0.05 s more. rate(N) = N / (t_(N) + 0.05): N = 8 is best
+  // (8 / 1.13 = 7.1 against 9 / 3.05 = 3.0 and 10 / 6.05 = 1.7).
+  ps::AdaptiveN adaptive(10, 10, 20, 0.03);  // starts at b = 0
+  for (std::uint64_t v = 0; v < 200; ++v) {
+    for (int k = 0; k < 8; ++k) adaptive.on_arrival(v, 1.0 + 0.01 * k);
+    adaptive.on_arrival(v, 3.0);
+    adaptive.on_arrival(v, 6.0);
+    adaptive.on_applied(v, 0.05);
+  }
+  CHECK(adaptive.n() == 8);
+  const auto r = adaptive.rates();
+  CHECK(r[7] == Approx(8 / 1.12));
+  CHECK(r[8] == Approx(9 / 3.05));
+  // When the tail goes away, it returns to waiting for everyone.
+  for (std::uint64_t v = 200; v < 400; ++v) {
+    for (int k = 0; k < 10; ++k) adaptive.on_arrival(v, 1.0 + 0.01 * k);
+    adaptive.on_applied(v, 0.05);
+  }
+  CHECK(adaptive.n() == 10);
+  // Dead workers are not waited for.
+  adaptive.set_live(7);
+  CHECK(adaptive.n() == 7);
+}
+
+TEST_CASE("adaptive N does not flap on noise below its margin", "[ps][adaptive]") {
+  ps::AdaptiveN adaptive(4, 3, 10, 0.05);
+  // rate(1..4) = 1.11, 2.11, 3.0, 3.08: N = 4 is 2.6 % better than 3, under 5 %.
+  for (std::uint64_t v = 0; v < 100; ++v) {
+    adaptive.on_arrival(v, 0.9);
+    adaptive.on_arrival(v, 0.95);
+    adaptive.on_arrival(v, 1.0);
+    adaptive.on_arrival(v, 1.3);
+    adaptive.on_applied(v, 0.0);
+  }
+  CHECK(adaptive.n() == 3);
 }
