@@ -878,156 +878,180 @@ class Loader {
   }
 
   void read_text(const std::string& text, const std::string& origin) {
-    std::vector<std::pair<std::size_t, std::string>> found;  // (line, message), sorted below
-    std::vector<std::string> lines = split_lines(text);
-    struct Duplicate {
-      std::size_t line;
-      std::string path;
-      bool is_table;
-    };
-    std::vector<Duplicate> duplicates;
-    std::map<std::string, std::string>
-        renamed;  // stand-in table name -> the repeated header's name
-    std::optional<toml::table> doc;
-    const auto at = [&](std::size_t line) { return origin + ":" + std::to_string(line) + ": "; };
+    Reading r{origin, split_lines(text)};
+    parse_recovering(r);
+    report_duplicates(r);
+    if (r.doc) read_sections(r);
+    std::stable_sort(r.found.begin(), r.found.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& f : r.found) add(std::move(f.second));
+  }
 
-    // toml++ stops at its first error. A duplicate key is recovered from by
-    // blanking its line, so the rest of the file is still checked; after a
-    // syntax error the file cannot be read further.
-    for (int attempt = 0; attempt <= kMaxRecoveries && !doc; ++attempt) {
+ private:
+  // One file being read: its lines (edited while recovering), the document
+  // once parsed, and the problems found, by line.
+  struct Duplicate {
+    std::size_t line;
+    std::string path;
+    bool is_table;
+  };
+  struct Reading {
+    std::string origin;
+    std::vector<std::string> lines;
+    std::optional<toml::table> doc;
+    std::vector<Duplicate> duplicates;
+    std::map<std::string, std::string> renamed;  // stand-in table name -> the repeated header's
+    std::vector<std::pair<std::size_t, std::string>> found;  // (line, message)
+    std::string at(std::size_t line) const { return origin + ":" + std::to_string(line) + ": "; }
+  };
+
+  // toml++ stops at its first error. A duplicate key is recovered from by
+  // blanking its line, so the rest of the file is still checked; after a
+  // syntax error the file cannot be read further.
+  static void parse_recovering(Reading& r) {
+    for (int attempt = 0; attempt <= kMaxRecoveries && !r.doc; ++attempt) {
       try {
-        doc = toml::parse(std::string_view(join_lines(lines)), std::string_view(origin));
+        r.doc = toml::parse(std::string_view(join_lines(r.lines)), std::string_view(r.origin));
       } catch (const toml::parse_error& e) {
         const std::size_t line = e.source().begin.line;
         const std::string desc(e.description());
-        const bool in_file = line >= 1 && line <= lines.size() && !trim(lines[line - 1]).empty();
+        const bool in_file =
+            line >= 1 && line <= r.lines.size() && !trim(r.lines[line - 1]).empty();
         if (desc.find("cannot redefine existing") != std::string::npos && in_file &&
             attempt < kMaxRecoveries) {
-          const bool is_table = trim(lines[line - 1]).front() == '[';
-          const std::string name = quoted_name(desc);
-          duplicates.push_back(
-              {line, is_table ? name : dotted(table_at(lines, line), name), is_table});
-          if (is_table) {
-            // Blanking a repeated [train] would move its keys into the table
-            // above; read them under a stand-in name and check them as [train].
-            const std::string stand_in = std::string(kDuplicateTable) + std::to_string(line);
-            renamed[stand_in] = name;
-            lines[line - 1] = "[" + stand_in + "]";
-          } else {
-            lines[line - 1].clear();
-          }
+          recover_duplicate(r, line, desc);
           continue;
         }
         std::string near;
         if (in_file) {
-          const std::string& t = lines[line - 1];
+          const std::string& t = r.lines[line - 1];
           const auto eq = t.find('=');
           if (eq != std::string::npos && t.find('"') > eq) {
-            near =
-                " near " + dotted(table_at(lines, line), trim(std::string_view(t).substr(0, eq)));
+            near = " near " +
+                   dotted(table_at(r.lines, line), trim(std::string_view(t).substr(0, eq)));
           }
         }
-        found.emplace_back(
-            line,
-            origin + ":" + std::to_string(line) + ":" + std::to_string(e.source().begin.column) +
-                ": syntax error" + near + ": " + desc +
-                "; fix the TOML syntax (https://toml.io); the rest of the file was not checked");
+        r.found.emplace_back(line, r.origin + ":" + std::to_string(line) + ":" +
+                                       std::to_string(e.source().begin.column) + ": syntax error" +
+                                       near + ": " + desc +
+                                       "; fix the TOML syntax (https://toml.io); the rest of the "
+                                       "file was not checked");
         break;
       }
     }
+  }
 
-    for (const auto& dup : duplicates) {
+  static void recover_duplicate(Reading& r, std::size_t line, const std::string& desc) {
+    const bool is_table = trim(r.lines[line - 1]).front() == '[';
+    const std::string name = quoted_name(desc);
+    r.duplicates.push_back(
+        {line, is_table ? name : dotted(table_at(r.lines, line), name), is_table});
+    if (is_table) {
+      // Blanking a repeated [train] would move its keys into the table
+      // above; read them under a stand-in name and check them as [train].
+      const std::string stand_in = std::string(kDuplicateTable) + std::to_string(line);
+      r.renamed[stand_in] = name;
+      r.lines[line - 1] = "[" + stand_in + "]";
+    } else {
+      r.lines[line - 1].clear();
+    }
+  }
+
+  static void report_duplicates(Reading& r) {
+    for (const auto& dup : r.duplicates) {
       std::string first;
-      if (doc) {
-        if (const auto* node = doc->at_path(dup.path).node();
+      if (r.doc) {
+        if (const auto* node = r.doc->at_path(dup.path).node();
             node != nullptr && node->source().begin.line > 0) {
           first = std::to_string(node->source().begin.line);
         }
       }
       if (dup.is_table) {
-        found.emplace_back(dup.line,
-                           at(dup.line) + "duplicate section [" + dup.path + "]" +
-                               (first.empty() ? "" : " (first opened on line " + first + ")") +
-                               "; merge them into one [" + dup.path + "] table");
+        r.found.emplace_back(dup.line,
+                             r.at(dup.line) + "duplicate section [" + dup.path + "]" +
+                                 (first.empty() ? "" : " (first opened on line " + first + ")") +
+                                 "; merge them into one [" + dup.path + "] table");
       } else {
-        found.emplace_back(dup.line,
-                           at(dup.line) + "duplicate key " + dup.path +
-                               (first.empty() ? "" : " (first set on line " + first + ")") +
-                               "; keep only one of them");
+        r.found.emplace_back(dup.line,
+                             r.at(dup.line) + "duplicate key " + dup.path +
+                                 (first.empty() ? "" : " (first set on line " + first + ")") +
+                                 "; keep only one of them");
       }
     }
-
-    if (doc) {
-      for (auto&& [section_key, section_node] : *doc) {
-        std::string section(section_key.str());
-        std::size_t line = section_key.source().begin.line;
-        if (line == 0) line = section_node.source().begin.line;
-        // The keys of a repeated header, checked as keys of the first one.
-        const toml::table* first_table = nullptr;
-        if (const auto it = renamed.find(section); it != renamed.end()) {
-          section = it->second;
-          first_table = doc->get_as<toml::table>(section);
-        }
-        if (!is_section(section)) {
-          if (!section_node.is_table()) {
-            // A key written before any [section] header.
-            std::string owner;
-            for (const auto& spec : key_specs()) {
-              if (spec.key == section) {
-                owner = "; put it under [" + std::string(spec.section) + "] (" + spec.path() + ")";
-                break;
-              }
-            }
-            found.emplace_back(line, at(line) + "key '" + section + "' is outside any section" +
-                                         (owner.empty() ? "; every key belongs to one of [" +
-                                                              join(sections(), "], [") + "]"
-                                                        : owner));
-          } else {
-            found.emplace_back(line, at(line) + "unknown section [" + section + "]" +
-                                         unknown_section_hint(section));
-          }
-          continue;
-        }
-        const auto* table = section_node.as_table();
-        if (table == nullptr) {
-          found.emplace_back(line, at(line) + section + ": expected a table [" + section +
-                                       "], found " + describe(section_node) +
-                                       "; write the section as [" + section + "]");
-          continue;
-        }
-        for (auto&& [key_key, value] : *table) {
-          const std::string key(key_key.str());
-          std::size_t kline = key_key.source().begin.line;
-          if (kline == 0) kline = value.source().begin.line;
-          if (const toml::node* first = first_table ? first_table->get(key) : nullptr) {
-            found.emplace_back(
-                kline, at(kline) + "duplicate key " + section + "." + key + " (first set on line " +
-                           std::to_string(first->source().begin.line) + "); keep only one of them");
-            continue;
-          }
-          const KeySpec* spec = find_spec(section, key);
-          if (spec == nullptr) {
-            found.emplace_back(kline, at(kline) + "unknown key " + section + "." + key +
-                                          unknown_key_hint(section, key));
-            continue;
-          }
-          if (auto why = assign(*spec, value, m_cfg)) {
-            found.emplace_back(kline, why->whole ? at(kline) + why->text
-                                                 : at(kline) + spec->path() + ": " + why->text +
-                                                       "; write e.g. " + std::string(spec->key) +
-                                                       " = " + example_value(*spec));
-          } else {
-            m_origin[spec->path()] = origin + ":" + std::to_string(kline);
-          }
-        }
-      }
-    }
-
-    std::stable_sort(found.begin(), found.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (auto& f : found) add(std::move(f.second));
   }
 
+  // Every [section] of the document: known, a table, and its keys.
+  void read_sections(Reading& r) {
+    for (auto&& [section_key, section_node] : *r.doc) {
+      std::string section(section_key.str());
+      std::size_t line = section_key.source().begin.line;
+      if (line == 0) line = section_node.source().begin.line;
+      // The keys of a repeated header, checked as keys of the first one.
+      const toml::table* first_table = nullptr;
+      if (const auto it = r.renamed.find(section); it != r.renamed.end()) {
+        section = it->second;
+        first_table = r.doc->get_as<toml::table>(section);
+      }
+      if (!is_section(section)) {
+        r.found.emplace_back(line, r.at(line) + outside_section(section, section_node));
+        continue;
+      }
+      const auto* table = section_node.as_table();
+      if (table == nullptr) {
+        r.found.emplace_back(line, r.at(line) + section + ": expected a table [" + section +
+                                       "], found " + describe(section_node) +
+                                       "; write the section as [" + section + "]");
+        continue;
+      }
+      read_keys(r, section, *table, first_table);
+    }
+  }
+
+  // What to say of a top-level name that is no section.
+  static std::string outside_section(const std::string& name, const toml::node& node) {
+    if (node.is_table()) return "unknown section [" + name + "]" + unknown_section_hint(name);
+    // A key written before any [section] header.
+    for (const auto& spec : key_specs()) {
+      if (spec.key == name) {
+        return "key '" + name + "' is outside any section; put it under [" +
+               std::string(spec.section) + "] (" + spec.path() + ")";
+      }
+    }
+    return "key '" + name + "' is outside any section; every key belongs to one of [" +
+           join(sections(), "], [") + "]";
+  }
+
+  void read_keys(Reading& r, const std::string& section, const toml::table& table,
+                 const toml::table* first_table) {
+    for (auto&& [key_key, value] : table) {
+      const std::string key(key_key.str());
+      std::size_t kline = key_key.source().begin.line;
+      if (kline == 0) kline = value.source().begin.line;
+      if (const toml::node* first = first_table ? first_table->get(key) : nullptr) {
+        r.found.emplace_back(kline, r.at(kline) + "duplicate key " + section + "." + key +
+                                        " (first set on line " +
+                                        std::to_string(first->source().begin.line) +
+                                        "); keep only one of them");
+        continue;
+      }
+      const KeySpec* spec = find_spec(section, key);
+      if (spec == nullptr) {
+        r.found.emplace_back(kline, r.at(kline) + "unknown key " + section + "." + key +
+                                        unknown_key_hint(section, key));
+        continue;
+      }
+      if (auto why = assign(*spec, value, m_cfg)) {
+        r.found.emplace_back(kline, why->whole ? r.at(kline) + why->text
+                                               : r.at(kline) + spec->path() + ": " + why->text +
+                                                     "; write e.g. " + std::string(spec->key) +
+                                                     " = " + example_value(*spec));
+      } else {
+        m_origin[spec->path()] = r.origin + ":" + std::to_string(kline);
+      }
+    }
+  }
+
+ public:
   void apply_override(const std::string& override_text) {
     const std::string where = "--set " + printable(override_text);
     const auto eq = override_text.find('=');

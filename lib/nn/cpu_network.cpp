@@ -406,97 +406,11 @@ struct CpuNetwork::Impl {
       lp.bwd_weights.reset();
       lp.dw_reorder.reset();
       const bool need_data = i > 0 || input_grad;
-      const dnnl::primitive_attr attr = make_attr(false);
-      const std::string& name = info.spec.name;
-      memory::desc w_bwd_md;
       switch (info.spec.kind) {
-        case LayerKind::kConv3x3: {
-          const memory::dims one = {1, 1};
-          const auto& fpd = lp.conv_pd;
-          const dnnl::convolution_backward_weights::desc wd(
-              dnnl::algorithm::convolution_direct, lp.bwd_w_src_md, any_desc(info.w_dims),
-              plain_desc({info.units}), lp.bwd_w_diff_dst_md, one, one, one);
-          const dnnl::convolution_backward_weights::primitive_desc wpd(wd, attr, engine, fpd);
-          note_scratch(plan, wpd);
-          set_weight_grads(plan, lp, info, wpd.diff_weights_desc());
-          lp.src_w = lp.src;
-          lp.src_w_reorder.reset();
-          if (wpd.src_desc() != lp.src.get_desc()) {
-            lp.src_w = memory(wpd.src_desc(), engine);
-            lp.src_w_reorder = make_reorder(plan, lp.src, lp.src_w, name + " input reorder (bwd)");
-          }
-          lp.diff_dst_w = plan.d[i + 1];
-          lp.diff_dst_w_reorder.reset();
-          if (wpd.diff_dst_desc() != plan.d[i + 1].get_desc()) {
-            lp.diff_dst_w = memory(wpd.diff_dst_desc(), engine);
-            lp.diff_dst_w_reorder =
-                make_reorder(plan, plan.d[i + 1], lp.diff_dst_w, name + " doutput reorder");
-          }
-          lp.bwd_weights = Exec{dnnl::convolution_backward_weights(wpd),
-                                {{DNNL_ARG_SRC, lp.src_w},
-                                 {DNNL_ARG_DIFF_DST, lp.diff_dst_w},
-                                 {DNNL_ARG_DIFF_WEIGHTS, lp.dw},
-                                 {DNNL_ARG_DIFF_BIAS, lp.diff_bias}},
-                                name + " bwd weights: " + wpd.impl_info_str()};
-          if (need_data) {
-            const dnnl::convolution_backward_data::desc dd(
-                dnnl::algorithm::convolution_direct, fpd.src_desc(), any_desc(info.w_dims),
-                fpd.dst_desc(), one, one, one);
-            const dnnl::convolution_backward_data::primitive_desc dpd(dd, attr, engine, fpd);
-            note_scratch(plan, dpd);
-            set_backward_data(plan, lp, info, dpd.weights_desc(), i);
-            lp.bwd_data = Exec{dnnl::convolution_backward_data(dpd),
-                               {{DNNL_ARG_DIFF_DST, plan.d[i + 1]},
-                                {DNNL_ARG_WEIGHTS, lp.w_bwd},
-                                {DNNL_ARG_DIFF_SRC, lp.diff_src}},
-                               name + " bwd data: " + dpd.impl_info_str()};
-          }
-          break;
-        }
-        case LayerKind::kFc: {
-          const auto& fpd = lp.ip_pd;
-          // Same weights layout as the forward (plain when choose_fc could).
-          const dnnl::inner_product_backward_weights::desc wd(
-              fpd.src_desc(), fpd.weights_desc(), plain_desc({info.units}), fpd.dst_desc());
-          const dnnl::inner_product_backward_weights::primitive_desc wpd(wd, attr, engine, fpd);
-          note_scratch(plan, wpd);
-          set_weight_grads(plan, lp, info, wpd.diff_weights_desc());
-          lp.bwd_weights = Exec{dnnl::inner_product_backward_weights(wpd),
-                                {{DNNL_ARG_SRC, lp.src},
-                                 {DNNL_ARG_DIFF_DST, plan.d[i + 1]},
-                                 {DNNL_ARG_DIFF_WEIGHTS, lp.dw},
-                                 {DNNL_ARG_DIFF_BIAS, lp.diff_bias}},
-                                name + " bwd weights: " + wpd.impl_info_str()};
-          if (need_data) {
-            const dnnl::inner_product_backward_data::desc dd(fpd.src_desc(), fpd.weights_desc(),
-                                                             fpd.dst_desc());
-            const dnnl::inner_product_backward_data::primitive_desc dpd(dd, attr, engine, fpd);
-            note_scratch(plan, dpd);
-            set_backward_data(plan, lp, info, dpd.weights_desc(), i);
-            lp.bwd_data = Exec{dnnl::inner_product_backward_data(dpd),
-                               {{DNNL_ARG_DIFF_DST, plan.d[i + 1]},
-                                {DNNL_ARG_WEIGHTS, lp.w_bwd},
-                                {DNNL_ARG_DIFF_SRC, lp.diff_src}},
-                               name + " bwd data: " + dpd.impl_info_str()};
-          }
-          break;
-        }
-        case LayerKind::kMaxPool2x2: {
-          if (!need_data) break;
-          const dnnl::pooling_backward::desc bd(dnnl::algorithm::pooling_max, plan.t[i].get_desc(),
-                                                lp.pool_pd.dst_desc(), {2, 2}, {2, 2}, {0, 0},
-                                                {0, 0});
-          const dnnl::pooling_backward::primitive_desc bpd(bd, attr, engine, lp.pool_pd);
-          note_scratch(plan, bpd);
-          lp.bwd_data = Exec{dnnl::pooling_backward(bpd),
-                             {{DNNL_ARG_DIFF_DST, plan.d[i + 1]},
-                              {DNNL_ARG_DIFF_SRC, plan.d[i]},
-                              {DNNL_ARG_WORKSPACE, lp.workspace}},
-                             "maxpool bwd: " + std::string(bpd.impl_info_str())};
-          break;
-        }
-        case LayerKind::kRelu:
-          break;
+        case LayerKind::kConv3x3: build_conv_backward(plan, lp, info, i, need_data); break;
+        case LayerKind::kFc: build_fc_backward(plan, lp, info, i, need_data); break;
+        case LayerKind::kMaxPool2x2: build_pool_backward(plan, lp, i, need_data); break;
+        case LayerKind::kRelu: break;
       }
     }
     if (plan.logits == plan.t[count]) {
@@ -509,6 +423,100 @@ struct CpuNetwork::Impl {
     attach_scratch(plan);
     plan.has_backward = true;
     plan.has_input_grad = input_grad;
+  }
+
+  // Backward of layer i: weights (and bias) gradients, and the gradient of
+  // its input when need_data.
+  void build_conv_backward(Plan& plan, LayerPlan& lp, LayerInfo& info, std::size_t i,
+                           bool need_data) {
+    const dnnl::primitive_attr attr = make_attr(false);
+    const std::string& name = info.spec.name;
+    const memory::dims one = {1, 1};
+    const auto& fpd = lp.conv_pd;
+    const dnnl::convolution_backward_weights::desc wd(
+        dnnl::algorithm::convolution_direct, lp.bwd_w_src_md, any_desc(info.w_dims),
+        plain_desc({info.units}), lp.bwd_w_diff_dst_md, one, one, one);
+    const dnnl::convolution_backward_weights::primitive_desc wpd(wd, attr, engine, fpd);
+    note_scratch(plan, wpd);
+    set_weight_grads(plan, lp, info, wpd.diff_weights_desc());
+    lp.src_w = lp.src;
+    lp.src_w_reorder.reset();
+    if (wpd.src_desc() != lp.src.get_desc()) {
+      lp.src_w = memory(wpd.src_desc(), engine);
+      lp.src_w_reorder = make_reorder(plan, lp.src, lp.src_w, name + " input reorder (bwd)");
+    }
+    lp.diff_dst_w = plan.d[i + 1];
+    lp.diff_dst_w_reorder.reset();
+    if (wpd.diff_dst_desc() != plan.d[i + 1].get_desc()) {
+      lp.diff_dst_w = memory(wpd.diff_dst_desc(), engine);
+      lp.diff_dst_w_reorder =
+          make_reorder(plan, plan.d[i + 1], lp.diff_dst_w, name + " doutput reorder");
+    }
+    lp.bwd_weights = Exec{dnnl::convolution_backward_weights(wpd),
+                          {{DNNL_ARG_SRC, lp.src_w},
+                           {DNNL_ARG_DIFF_DST, lp.diff_dst_w},
+                           {DNNL_ARG_DIFF_WEIGHTS, lp.dw},
+                           {DNNL_ARG_DIFF_BIAS, lp.diff_bias}},
+                          name + " bwd weights: " + wpd.impl_info_str()};
+    if (need_data) {
+      const dnnl::convolution_backward_data::desc dd(
+          dnnl::algorithm::convolution_direct, fpd.src_desc(), any_desc(info.w_dims),
+          fpd.dst_desc(), one, one, one);
+      const dnnl::convolution_backward_data::primitive_desc dpd(dd, attr, engine, fpd);
+      note_scratch(plan, dpd);
+      set_backward_data(plan, lp, info, dpd.weights_desc(), i);
+      lp.bwd_data = Exec{dnnl::convolution_backward_data(dpd),
+                         {{DNNL_ARG_DIFF_DST, plan.d[i + 1]},
+                          {DNNL_ARG_WEIGHTS, lp.w_bwd},
+                          {DNNL_ARG_DIFF_SRC, lp.diff_src}},
+                         name + " bwd data: " + dpd.impl_info_str()};
+    }
+  }
+
+  void build_fc_backward(Plan& plan, LayerPlan& lp, LayerInfo& info, std::size_t i,
+                         bool need_data) {
+    const dnnl::primitive_attr attr = make_attr(false);
+    const std::string& name = info.spec.name;
+    const auto& fpd = lp.ip_pd;
+    // Same weights layout as the forward (plain when choose_fc could).
+    const dnnl::inner_product_backward_weights::desc wd(
+        fpd.src_desc(), fpd.weights_desc(), plain_desc({info.units}), fpd.dst_desc());
+    const dnnl::inner_product_backward_weights::primitive_desc wpd(wd, attr, engine, fpd);
+    note_scratch(plan, wpd);
+    set_weight_grads(plan, lp, info, wpd.diff_weights_desc());
+    lp.bwd_weights = Exec{dnnl::inner_product_backward_weights(wpd),
+                          {{DNNL_ARG_SRC, lp.src},
+                           {DNNL_ARG_DIFF_DST, plan.d[i + 1]},
+                           {DNNL_ARG_DIFF_WEIGHTS, lp.dw},
+                           {DNNL_ARG_DIFF_BIAS, lp.diff_bias}},
+                          name + " bwd weights: " + wpd.impl_info_str()};
+    if (need_data) {
+      const dnnl::inner_product_backward_data::desc dd(fpd.src_desc(), fpd.weights_desc(),
+                                                       fpd.dst_desc());
+      const dnnl::inner_product_backward_data::primitive_desc dpd(dd, attr, engine, fpd);
+      note_scratch(plan, dpd);
+      set_backward_data(plan, lp, info, dpd.weights_desc(), i);
+      lp.bwd_data = Exec{dnnl::inner_product_backward_data(dpd),
+                         {{DNNL_ARG_DIFF_DST, plan.d[i + 1]},
+                          {DNNL_ARG_WEIGHTS, lp.w_bwd},
+                          {DNNL_ARG_DIFF_SRC, lp.diff_src}},
+                         name + " bwd data: " + dpd.impl_info_str()};
+    }
+  }
+
+  void build_pool_backward(Plan& plan, LayerPlan& lp, std::size_t i, bool need_data) {
+    const dnnl::primitive_attr attr = make_attr(false);
+    if (!need_data) return;
+    const dnnl::pooling_backward::desc bd(dnnl::algorithm::pooling_max, plan.t[i].get_desc(),
+                                          lp.pool_pd.dst_desc(), {2, 2}, {2, 2}, {0, 0},
+                                          {0, 0});
+    const dnnl::pooling_backward::primitive_desc bpd(bd, attr, engine, lp.pool_pd);
+    note_scratch(plan, bpd);
+    lp.bwd_data = Exec{dnnl::pooling_backward(bpd),
+                       {{DNNL_ARG_DIFF_DST, plan.d[i + 1]},
+                        {DNNL_ARG_DIFF_SRC, plan.d[i]},
+                        {DNNL_ARG_WORKSPACE, lp.workspace}},
+                       "maxpool bwd: " + std::string(bpd.impl_info_str())};
   }
 
   void set_weight_grads(Plan& plan, LayerPlan& lp, LayerInfo& info, const memory::desc& dw_md) {
