@@ -807,8 +807,7 @@ std::vector<Problem> check(const Config& cfg) {
     add(spec_of("train", "backups"), "needs optim.scale_lr_by_n = true: the lr follows the N "
                                      "that is chosen");
   }
-  if (cfg.train.clock == "virtual" && cfg.train.mode != Mode::kSync &&
-      cfg.train.mode != Mode::kTimeout) {
+  if (cfg.train.clock == "virtual" && !traits(cfg.train.mode).versioned) {
     add(spec_of("train", "clock"), "applies to train.mode = sync or timeout (use syncopt simulate "
                                    "for the other modes in modelled time)");
   }
