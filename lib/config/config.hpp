@@ -74,6 +74,11 @@ struct TrainConfig {
   std::int64_t softsync_c = 1;
   std::int64_t ssp_bound = 3;
   double timeout_ms = 100.0;
+  // Simulated staleness (local mode, replica/staleness.hpp): the mean s in
+  // updates (0 = off), its distribution, and the geometric's largest draw.
+  double simulated_staleness = 0.0;
+  std::string staleness_dist = "fixed";  // fixed | uniform | geometric | exponential
+  std::int64_t staleness_max = 0;        // 0 = ceil(4 s)
 
   bool operator==(const TrainConfig&) const = default;
 };
