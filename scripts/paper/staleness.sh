@@ -8,8 +8,8 @@
 #
 #   (default)  small: 3 epochs of the first 20000 training images (1875
 #              updates), tested on the first 5000 test images, lr annealed
-#              over the last 1.2 epochs (the full run's 10/25); about 2
-#              minutes a run on one busy core. Staleness, lr, batch, model,
+#              over the last 1.2 epochs (the full run's 10/25); 30-60 s
+#              a run on one busy core. Staleness, lr, batch, model,
 #              augmentation and the EMA are the full run's.
 #   --full     the configs as they are: 25 epochs of all 60000 images (hours
 #              a run on a CPU).
