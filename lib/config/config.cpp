@@ -238,6 +238,20 @@ std::vector<KeySpec> make_key_specs() {
                   "sync and timeout with several shards: shard 0 decides which N workers an "
                   "update averages and the other shards apply the same ones (else each shard "
                   "takes its own first N, counted as cross_shard_disagreements)."),
+      SYNCOPT_KEY(train, simulated_staleness, at_least(0), "local mode only",
+                  "Simulated staleness s (paper section 2.1), in updates; 0 = off. The gradient "
+                  "of update t is computed on the parameters s_t updates old (s_t <= t) and "
+                  "applied to the current ones, as an async parameter server would. Keeps the "
+                  "last max(s_t) + 1 parameter vectors in memory and in checkpoints."),
+      SYNCOPT_KEY(train, staleness_dist, no_range(), "",
+                  "Distribution of s_t, mean train.simulated_staleness: fixed (s_t = s, s whole), "
+                  "uniform (on 0 .. 2s, 2s whole), geometric (P(s_t >= k) = q^k, async's "
+                  "staleness under exponential compute times; clamped at train.staleness_max, q "
+                  "set so the mean stays s); exponential = geometric. Drawn from "
+                  "stragglers.seed, or run.seed when that is 0.",
+                  "fixed", "uniform", "geometric", "exponential"),
+      SYNCOPT_KEY(train, staleness_max, at_least(0), "> train.simulated_staleness if set",
+                  "geometric: largest s_t (draws above are clamped); 0 = ceil(4 s)."),
       // [cluster]
       SYNCOPT_KEY(cluster, ps, at_least(1), "", "Parameter-server shards (one rank each)."),
       SYNCOPT_KEY(cluster, evaluator, no_range(), "",
@@ -810,6 +824,24 @@ std::vector<Problem> check(const Config& cfg) {
   if (cfg.train.clock == "virtual" && !traits(cfg.train.mode).versioned) {
     add(spec_of("train", "clock"), "applies to train.mode = sync or timeout (use syncopt simulate "
                                    "for the other modes in modelled time)");
+  }
+  if (const double s = cfg.train.simulated_staleness; s > 0) {
+    const auto& spec = spec_of("train", "simulated_staleness");
+    const std::string& dist = cfg.train.staleness_dist;
+    if (cfg.train.mode != Mode::kLocal) {
+      add(spec,
+          "is simulated in train.mode = \"local\" only (the other modes have real "
+          "staleness: measure it with async)");
+    } else if (dist == "fixed" && std::floor(s) != s) {
+      add(spec, "must be a whole number with train.staleness_dist = \"fixed\"");
+    } else if (dist == "uniform" && std::floor(2 * s) != 2 * s) {
+      add(spec,
+          "must be a multiple of 0.5 with train.staleness_dist = \"uniform\" (drawn "
+          "from 0 .. 2s)");
+    } else if (cfg.train.staleness_max > 0 && !(static_cast<double>(cfg.train.staleness_max) > s) &&
+               (dist == "geometric" || dist == "exponential")) {
+      add(spec_of("train", "staleness_max"), "must be above train.simulated_staleness");
+    }
   }
   if (cfg.stragglers.model == "trace" && cfg.stragglers.trace.empty()) {
     add(spec_of("stragglers", "model"), "needs stragglers.trace, the path of the trace to replay");

@@ -79,6 +79,11 @@ struct TrainConfig {
   double timeout_ms = 100.0;
   std::string clock = "wall";  // wall | virtual (DESIGN.md §10, "Clocks")
   bool agree_shards = true;    // several shards apply the same N workers (shard 0 decides)
+  // Simulated staleness (local mode, replica/staleness.hpp): the mean s in
+  // updates (0 = off), its distribution, and the geometric's largest draw.
+  double simulated_staleness = 0.0;
+  std::string staleness_dist = "fixed";  // fixed | uniform | geometric | exponential
+  std::int64_t staleness_max = 0;        // 0 = ceil(4 s)
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -304,7 +304,13 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals)
                 s["staleness_mean"].get<double>(), s["staleness_max"].get<double>());
   os << buf;
   os << "staleness histogram (all gradients received):";
-  for (const auto& [k, v] : s["staleness_hist_all"].items()) os << "  " << k << ":" << v.get<std::int64_t>();
+  // JSON keeps the keys as text ("10" before "2"): print them in number order.
+  std::vector<std::pair<long long, std::int64_t>> hist;
+  for (const auto& [k, v] : s["staleness_hist_all"].items()) {
+    hist.emplace_back(std::stoll(k), v.get<std::int64_t>());
+  }
+  std::sort(hist.begin(), hist.end());
+  for (const auto& [k, v] : hist) os << "  " << k << ":" << v;
   os << "\n";
   if (!evals.empty()) {
     os << "test accuracy over the run:\n      step    wall_s   theta    EMA\n";

@@ -20,6 +20,10 @@ class HostReplica final : public Replica {
   float compute_gradient(const float* images, const std::int32_t* labels, int batch) override {
     return m_net.train_step(m_theta.data(), images, labels, batch, m_grad.data());
   }
+  float compute_gradient_at(const float* theta, const float* images, const std::int32_t* labels,
+                            int batch) override {
+    return m_net.train_step(theta, images, labels, batch, m_grad.data());
+  }
   void reduce_gradient(comm::Reducer& reducer) override {
     reducer.mean(m_grad.data(), m_grad.size());
   }

@@ -12,6 +12,7 @@
 
 #include "checkpoint/state.hpp"
 #include "comm/reducer.hpp"
+#include "common/error.hpp"
 #include "nn/backend.hpp"
 #include "optim/optimizer.hpp"
 
@@ -30,6 +31,17 @@ class Replica {
   // labels [batch]) at θ; the gradient stays in the replica. Returns the
   // mean loss.
   virtual float compute_gradient(const float* images, const std::int32_t* labels, int batch) = 0;
+  // The same at other parameters: `theta` [count()] is a host vector (an
+  // older θ kept by replica/staleness.hpp's ParamHistory for simulated
+  // staleness); the gradient stays in the replica, θ is not touched. A
+  // backend without it says so (the host replica has it).
+  virtual float compute_gradient_at(const float* theta, const float* images,
+                                    const std::int32_t* labels, int batch) {
+    (void)theta, (void)images, (void)labels, (void)batch;
+    throw ConfigError(
+        "train.simulated_staleness is not on this backend (its replica has no "
+        "compute_gradient_at); use compute.backend = \"cpu\"");
+  }
   // The gradient becomes its mean over the ranks of `reducer` (a collective).
   virtual void reduce_gradient(comm::Reducer& reducer) = 0;
   // Whether every element of the gradient is finite (divergence check,

@@ -19,6 +19,7 @@
 #include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
 #include "replica/replica.hpp"
+#include "replica/staleness.hpp"
 #include "train/inputs.hpp"
 
 namespace syncopt::train {
@@ -26,6 +27,20 @@ namespace syncopt::train {
 namespace {
 
 constexpr const char* kPart = "local";
+
+// train.simulated_staleness as the replica layer's options; the draws use
+// stragglers.seed, or run.seed when that is 0.
+replica::StalenessOptions staleness_options(const config::Config& cfg) {
+  replica::StalenessOptions o;
+  o.mean = cfg.train.simulated_staleness;
+  const std::string& d = cfg.train.staleness_dist;
+  o.dist = d == "uniform" ? replica::StalenessDist::kUniform
+           : d == "fixed" ? replica::StalenessDist::kFixed
+                          : replica::StalenessDist::kGeometric;  // geometric | exponential
+  o.max = cfg.train.staleness_max;
+  o.seed = cfg.stragglers.seed != 0 ? cfg.stragglers.seed : cfg.run.seed;
+  return o;
+}
 
 class LocalTrainer {
  public:
@@ -54,6 +69,9 @@ class LocalTrainer {
   layout::Plan m_plan;
   optim::ScheduleOptions m_sched;
   std::unique_ptr<data::BatchLoader> m_loader;
+  // Simulated staleness (null when off): the draws and θ_{t-max} .. θ_t.
+  std::unique_ptr<replica::StalenessModel> m_stale;
+  std::unique_ptr<replica::ParamHistory> m_history;
 
   LocalResult m_result;
   std::unique_ptr<metrics::StepLog> m_steps;
@@ -98,6 +116,17 @@ LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bo
                                                  cfg.data.augment, augment_options(cfg));
   m_theta.resize(m_layout.count);
   m_ema.resize(m_layout.count);
+  if (cfg.train.simulated_staleness > 0) {
+    m_stale = std::make_unique<replica::StalenessModel>(staleness_options(cfg));
+    m_history = std::make_unique<replica::ParamHistory>(
+        static_cast<std::size_t>(m_stale->max()) + 1, m_layout.count);
+    m_replica->copy_theta(m_history->push(0));  // θ_0; a resumed run replaces the history
+    spdlog::info(
+        "simulated staleness: {} with mean {} (at most {}), a history of {} parameter "
+        "vectors ({:.1f} MB)",
+        cfg.train.staleness_dist, cfg.train.simulated_staleness, m_stale->max(), m_history->depth(),
+        static_cast<double>(m_history->nbytes()) / 1e6);
+  }
 }
 
 LocalResult LocalTrainer::run() {
@@ -176,7 +205,15 @@ void LocalTrainer::step(std::uint64_t k) {
   m_loader->next();
   const double epoch = static_cast<double>(m_examples) / m_plan.train_count;
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch));
-  const float loss = m_replica->compute_gradient(m_loader->images(), m_loader->labels(), m_batch);
+  // The update turns version k-1 into k; with simulated staleness its
+  // gradient is computed on θ_{k-1-s}.
+  const std::uint64_t version = k - 1;
+  const std::int64_t s = m_stale ? m_stale->at(version) : 0;
+  const float loss =
+      m_history
+          ? m_replica->compute_gradient_at(m_history->at(version - static_cast<std::uint64_t>(s)),
+                                           m_loader->images(), m_loader->labels(), m_batch)
+          : m_replica->compute_gradient(m_loader->images(), m_loader->labels(), m_batch);
   if (!std::isfinite(loss) || !m_replica->gradient_finite()) {
     throw Error(ExitCode::kInternal,
                 "training diverged: the loss at step " + std::to_string(k) + " is " +
@@ -186,19 +223,21 @@ void LocalTrainer::step(std::uint64_t k) {
   }
   const double arrival = m_clock.now() - t_start;
   m_replica->apply(lr);
+  if (m_history) m_replica->copy_theta(m_history->push(k));
   m_examples += static_cast<std::uint64_t>(m_batch);
   m_step = k;
   m_loss_avg = k == 1 ? loss : 0.98 * m_loss_avg + 0.02 * loss;
 
   metrics::StepRecord rec;
   rec.step = k;
-  rec.version = k - 1;
+  rec.version = version;
   rec.t_start = t_start;
   rec.t_apply = m_clock.now();
   rec.lr = lr;
   rec.loss = loss;
   rec.used = 1;
-  rec.grads.push_back({0, arrival, rec.version, true, 0, arrival, loss, rec.version});
+  rec.grads.push_back(
+      {0, arrival, version - static_cast<std::uint64_t>(s), true, s, arrival, loss, version});
   m_steps->write(rec);
 
   const double elapsed = m_clock.now();
@@ -230,6 +269,7 @@ void LocalTrainer::save_checkpoint(std::uint64_t k) {
   s.put("eval_timer_s", m_timer.last());
   s.put_child("replica", m_replica->state());
   s.put_child("loader", m_loader->state());
+  if (m_history) s.put_child("staleness_history", m_history->state());
   checkpoint::State rec;
   rec.put("steps_bytes", m_steps->bytes());
   rec.put("eval_bytes", m_eval_file->bytes());
@@ -250,6 +290,19 @@ void LocalTrainer::restore(const checkpoint::State& s) {
   m_timer.mark(s.get<double>("eval_timer_s"));
   m_replica->restore(s.child("replica"));
   m_loader->restore(s.child("loader"));
+  if (m_history) {
+    if (!s.has("staleness_history")) {
+      throw ConfigError("the checkpoint at step " + std::to_string(m_step) +
+                        " was saved without train.simulated_staleness, so it has no parameter "
+                        "history to resume with; resume with train.simulated_staleness = 0");
+    }
+    m_history->restore(s.child("staleness_history"));
+    if (m_history->newest() != m_step) {
+      throw DataError(s.field_error("staleness_history",
+                                    "ends at version " + std::to_string(m_history->newest()) +
+                                        ", the checkpoint is at step " + std::to_string(m_step)));
+    }
+  }
   if (m_step > m_plan.total_steps) {
     throw ConfigError("the checkpoint is at step " + std::to_string(m_step) +
                       ", past this run's " + std::to_string(m_plan.total_steps) +
@@ -306,6 +359,12 @@ void LocalTrainer::write_summary(const Outcome& outcome) {
                           {"backend", m_backend->name()},
                           {"threads", m_cfg.compute.threads},
                           {"run_dir", m_result.run_dir.string()}};
+  if (m_stale) {
+    extra["simulated_staleness"] = {{"mean", m_cfg.train.simulated_staleness},
+                                    {"dist", m_cfg.train.staleness_dist},
+                                    {"max", m_stale->max()},
+                                    {"history_nbytes", m_history->nbytes()}};
+  }
   extra.update(outcome.to_json());
   if (outcome.status == "failed") {
     try {
