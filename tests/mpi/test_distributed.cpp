@@ -353,6 +353,16 @@ TEST_CASE("a layout that does not fit the world is one config error on every ran
                                                    "--set data.synthetic_train=3"), 60);
   CHECK(small.code == 78);
   CHECK(small.output.find("cannot feed") != std::string::npos);
+  // A data error on every rank is reported once (by the lowest rank), 66.
+  const Result nodata = run_mpi(4, job(dir, "nodata", "--set train.mode=sync --set data.name=idx "
+                                                     "--set data.path=/nonexistent"), 60);
+  CHECK(nodata.code == 66);
+  std::size_t errors = 0;
+  for (auto pos = nodata.output.find("syncopt: error"); pos != std::string::npos;
+       pos = nodata.output.find("syncopt: error", pos + 1)) {
+    ++errors;
+  }
+  CHECK(errors == 1);
   const Result dry = run_mpi(7, job(dir, "dry", "--set train.mode=sync --set cluster.evaluator=true --dry-run"), 60);
   CHECK(dry.code == 0);
   CHECK(dry.output.find("rank 1: evaluator") != std::string::npos);
