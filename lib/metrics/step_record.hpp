@@ -7,10 +7,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "metrics/records.hpp"
 
@@ -28,14 +27,14 @@ struct GradRecord {
 };
 
 struct StepRecord {
-  std::uint64_t step = 0;     // 1-based index of the update
+  std::uint64_t step = 0;  // 1-based index of the update
   int shard = 0;
   std::uint64_t version = 0;  // the version the update was applied to
   double t_start = 0.0;       // run-relative seconds
   double t_apply = 0.0;
   float lr = 0.0f;
-  float loss = 0.0f;          // mean loss of the applied gradients
-  int used = 0;               // gradients averaged
+  float loss = 0.0f;  // mean loss of the applied gradients
+  int used = 0;       // gradients averaged
   std::vector<GradRecord> grads;
 };
 

@@ -36,7 +36,11 @@ EvalResult evaluate(nn::Network& net, const float* params, const data::Dataset& 
 
 EvalLog::EvalLog(nn::Network& net, const data::Dataset& test, metrics::JsonlWriter& log,
                  double train_count, bool use_ema, const RunClock& clock)
-    : m_net(net), m_test(test), m_log(log), m_train_count(train_count), m_use_ema(use_ema),
+    : m_net(net),
+      m_test(test),
+      m_log(log),
+      m_train_count(train_count),
+      m_use_ema(use_ema),
       m_clock(clock) {}
 
 EvalPoint EvalLog::run(std::uint64_t step, std::uint64_t examples, const float* theta,
