@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "metrics/run_board.hpp"
+
 namespace syncopt::train {
 
 EvalResult evaluate(nn::Network& net, const float* params, const data::Dataset& data) {
@@ -63,6 +65,10 @@ EvalPoint EvalLog::run(std::uint64_t step, std::uint64_t examples, const float* 
                {"test_loss_ema", p.ema.loss},
                {"test_acc_ema", p.ema.accuracy}});
   m_log.flush();
+  if (m_board) {
+    m_board->eval({p.step, p.wall_s, p.theta.loss, p.theta.accuracy, p.ema.loss, p.ema.accuracy});
+    m_board->flush();
+  }
   return p;
 }
 
