@@ -39,7 +39,8 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
       "sim.bandwidth_gbps per link; a shard sends its replies one after another, so answering "
       "K workers costs K * message size / bandwidth. Writes runs/<run.name>/ (config.toml, "
       "steps.jsonl, summary.json, times in simulated seconds, marked \"clock\": "
-      "\"simulated\"), which `syncopt report` and scripts/plot.py read like a real run. "
+      "\"simulated\"; and tb/, TensorBoard events of shard 0's steps, unless run.tensorboard "
+      "= false), which `syncopt report`, scripts/plot.py and TensorBoard read like a real run. "
       "Thousands of workers take seconds.");
   cmd->add_option("config", args.config_path, "TOML experiment file, e.g. configs/sim-k100.toml")
       ->required();

@@ -26,6 +26,7 @@
 #include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
+#include "metrics/run_board.hpp"
 #include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
 #include "ps/shard.hpp"
@@ -177,6 +178,11 @@ void open_outputs(Job& job) {
     job.resumed = checkpoint::load_latest(job.run_dir, present);
   });
   comm::agree(job.ctrl(), [&] {
+    // TensorBoard (tb/, see run_board.hpp): rank 0 writes the step records
+    // to a file tagged "steps", and its evaluations there too when it is the
+    // eval writer; an evaluator rank writes its own file, tagged "eval", in
+    // the same directory.
+    std::shared_ptr<metrics::RunBoard> board;
     if (job.rank == 0) {
       const auto offset =
           job.resumed ? record_offset(*job.resumed, job.ps_mode() ? "shard0" : "run", "steps_bytes")
@@ -187,6 +193,8 @@ void open_outputs(Job& job) {
                               job.run_dir / "steps.jsonl",
                               std::filesystem::file_size(job.run_dir / "steps.jsonl"))
                         : metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
+      board = metrics::open_run_board(cfg.run, job.run_dir, "steps", job.clock);
+      job.steps->set_board(board);
     }
     if (job.rank == job.eval_writer) {
       const std::string part = job.roles.evaluator_rank >= 0 ? "evaluator"
@@ -201,6 +209,8 @@ void open_outputs(Job& job) {
                         : metrics::JsonlWriter(path));
       job.eval = std::make_unique<EvalLog>(*job.net, job.data.test, *job.eval_file,
                                            job.plan.train_count, cfg.optim.ema > 0.0, job.clock);
+      job.eval->set_board(
+          job.rank == 0 ? board : metrics::open_run_board(cfg.run, job.run_dir, "eval", job.clock));
     }
   });
   if (job.rank != 0 && job.role == Role::kShard) {
