@@ -1,15 +1,15 @@
 // `syncopt simulate` and `syncopt plan` (see commands.hpp).
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "commands.hpp"
 #include "common/error.hpp"
@@ -27,7 +27,6 @@ namespace syncopt::app {
 
 // ---------------------------------------------------------------- simulate
 
-
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
   auto* cmd = app.add_subcommand(
       "simulate",
@@ -40,7 +39,8 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
       "sim.bandwidth_gbps per link; a shard sends its replies one after another, so answering "
       "K workers costs K * message size / bandwidth. Writes runs/<run.name>/ (config.toml, "
       "steps.jsonl, summary.json, times in simulated seconds, marked \"clock\": "
-      "\"simulated\"), which `syncopt report` and scripts/plot.py read like a real run. "
+      "\"simulated\"; and tb/, TensorBoard events of shard 0's steps, unless run.tensorboard "
+      "= false), which `syncopt report`, scripts/plot.py and TensorBoard read like a real run. "
       "Thousands of workers take seconds.");
   cmd->add_option("config", args.config_path, "TOML experiment file, e.g. configs/sim-k100.toml")
       ->required();
@@ -56,16 +56,17 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
                   "shard's apply times drawn from the run's")
       ->type_name("RUN_DIR");
   cmd->add_flag("-q,--quiet", args.quiet, "Print only the run directory");
-  cmd->footer("The [sim] keys are listed by `syncopt train --help` and in configs/README.md.\n"
-              "Example: check the model against a real run (its ranks share a node: no "
-              "network of its own), then scale it up:\n"
-              "  mpirun -np 6 build/syncopt train CONFIG --set run.name=real\n"
-              "  build/syncopt simulate runs/real/config.toml --from runs/real "
-              "--set run.name=sim --set sim.workers=5 --set sim.latency_us=0 "
-              "--set sim.bandwidth_gbps=0\n"
-              "  build/syncopt simulate runs/real/config.toml --from runs/real "
-              "--set run.name=sim-1000 --set sim.workers=1000\n" +
-              std::string(kExitCodes));
+  cmd->footer(
+      "The [sim] keys are listed by `syncopt train --help` and in configs/README.md.\n"
+      "Example: check the model against a real run (its ranks share a node: no "
+      "network of its own), then scale it up:\n"
+      "  mpirun -np 6 build/syncopt train CONFIG --set run.name=real\n"
+      "  build/syncopt simulate runs/real/config.toml --from runs/real "
+      "--set run.name=sim --set sim.workers=5 --set sim.latency_us=0 "
+      "--set sim.bandwidth_gbps=0\n"
+      "  build/syncopt simulate runs/real/config.toml --from runs/real "
+      "--set run.name=sim-1000 --set sim.workers=1000\n" +
+      std::string(kExitCodes));
   return cmd;
 }
 
@@ -90,7 +91,6 @@ int run_simulate(const SimulateArgs& args) {
 }
 
 // -------------------------------------------------------------------- plan
-
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
   auto* cmd = app.add_subcommand(
@@ -135,12 +135,13 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
   cmd->add_option("--threads", args.threads, "Simulations run in parallel (default: every core)");
   cmd->add_option("--out", args.out, "Write the plan as JSON (scripts/plot_plan.py plots it)")
       ->type_name("FILE");
-  cmd->footer("Examples:\n"
-              "  build/syncopt plan -K 100 --sim configs/sim-k100.toml --iters 14900,6130000 "
-              "--out plan.json\n"
-              "  build/syncopt plan -K 5 --runs runs/b0 runs/b1 runs/b2 --target-acc 0.85\n"
-              "  scripts/plot_plan.py plan.json --out plan.png\n" +
-              std::string(kExitCodes));
+  cmd->footer(
+      "Examples:\n"
+      "  build/syncopt plan -K 100 --sim configs/sim-k100.toml --iters 14900,6130000 "
+      "--out plan.json\n"
+      "  build/syncopt plan -K 5 --runs runs/b0 runs/b1 runs/b2 --target-acc 0.85\n"
+      "  scripts/plot_plan.py plan.json --out plan.png\n" +
+      std::string(kExitCodes));
   return cmd;
 }
 
@@ -177,8 +178,9 @@ std::map<int, double> plan_step_times(const PlanArgs& args, std::vector<std::str
     return plan::step_times_from_runs({args.runs.begin(), args.runs.end()}, args.workers, notes);
   }
   const config::Config cfg = config::load(args.sim_config, args.overrides);
-  const std::size_t count = cfg.sim.param_count > 0 ? static_cast<std::size_t>(cfg.sim.param_count)
-                                                    : nn::param_layout(train::expected_model_spec(cfg)).count;
+  const std::size_t count = cfg.sim.param_count > 0
+                                ? static_cast<std::size_t>(cfg.sim.param_count)
+                                : nn::param_layout(train::expected_model_spec(cfg)).count;
   sim::TimingModel timing = sim::timing_from_config(cfg);
   if (!args.from.empty()) {
     timing = sim::fit_run(args.from, timing,
@@ -187,8 +189,9 @@ std::map<int, double> plan_step_times(const PlanArgs& args, std::vector<std::str
                  .timing;
   }
   const auto n_values = parse_n_values(args.n_values, args.workers);
-  const int threads = args.threads > 0 ? args.threads
-                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = args.threads > 0
+                          ? args.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   source = "simulation of " + args.sim_config + " (" + std::to_string(cfg.train.steps) +
            " updates per N" + (args.from.empty() ? "" : ", timing fitted to " + args.from) + ")";
   return plan::step_times_from_sim(cfg, args.workers, count, timing, n_values, threads);
@@ -206,8 +209,8 @@ int run_plan(const PlanArgs& args) {
     iters.c = args.iters[1];
     iters.source = "given (--iters)";
   } else if (!args.runs.empty() && args.target_acc > 0.0) {
-    iters = plan::fit_iters(
-        plan::iters_from_runs({args.runs.begin(), args.runs.end()}, args.target_acc, args.ema, notes));
+    iters = plan::fit_iters(plan::iters_from_runs({args.runs.begin(), args.runs.end()},
+                                                  args.target_acc, args.ema, notes));
   } else {
     throw UsageError("plan needs I(N): give --iters a,c, or --runs at several N with --target-acc");
   }

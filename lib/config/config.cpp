@@ -147,6 +147,10 @@ std::vector<KeySpec> make_key_specs() {
                   "Checkpoints kept in <run>/checkpoints/ (the newest; older ones are removed)."),
       SYNCOPT_KEY(run, progress_every_steps, at_least(1), "",
                   "Progress line period, in steps, when stdout is not a terminal."),
+      SYNCOPT_KEY(run, tensorboard, no_range(), "",
+                  "Write TensorBoard event files to <run.dir>/<run.name>/tb/ (loss, lr, steps/s, "
+                  "drops, staleness, arrival-time histograms, test accuracy with and without "
+                  "EMA), so tensorboard --logdir <run.dir> shows runs side by side."),
       // [data]
       SYNCOPT_KEY(
           data, name, no_range(), "",

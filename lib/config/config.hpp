@@ -21,6 +21,7 @@ struct RunConfig {
   std::int64_t checkpoint_every_steps = 0;  // 0 = off
   std::int64_t keep_checkpoints = 2;        // newest checkpoints kept on disk
   std::int64_t progress_every_steps = 50;  // progress line period when stdout is not a TTY
+  bool tensorboard = true;                 // TensorBoard event files under <run>/tb/
 
   bool operator==(const RunConfig&) const = default;
 };

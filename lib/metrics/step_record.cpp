@@ -2,6 +2,7 @@
 #include "metrics/step_record.hpp"
 
 #include "common/error.hpp"
+#include "metrics/run_board.hpp"
 
 namespace syncopt::metrics {
 
@@ -72,9 +73,15 @@ StepLog StepLog::resume_file(const std::filesystem::path& path, std::uint64_t of
 
 StepLog StepLog::in_memory() { return StepLog{}; }
 
+void StepLog::set_board(std::shared_ptr<RunBoard> board) {
+  if (!m_file && board) throw InternalError("StepLog::set_board on an in-memory log");
+  m_board = std::move(board);
+}
+
 void StepLog::write(const StepRecord& r) {
   if (m_file) {
     m_file->write(to_json(r));
+    if (m_board) m_board->step(r);
   } else {
     m_buffer += to_json(r).dump();
     m_buffer += '\n';
@@ -83,8 +90,12 @@ void StepLog::write(const StepRecord& r) {
 
 void StepLog::flush() {
   if (m_file) m_file->flush();
+  if (m_board) m_board->flush();
 }
 
+// Only shard 0's records reach the board: the others' arrive here as text at
+// the end of the run, their steps repeat shard 0's, and TensorBoard shows
+// one curve per tag and run; their timings are in steps.jsonl and the report.
 void StepLog::append_lines(const std::string& lines) {
   if (!m_file) throw InternalError("StepLog::append_lines on an in-memory log");
   m_file->write_raw(lines);

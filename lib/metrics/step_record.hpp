@@ -7,10 +7,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "metrics/records.hpp"
 
@@ -28,7 +27,7 @@ struct GradRecord {
 };
 
 struct StepRecord {
-  std::uint64_t step = 0;     // 1-based index of the update
+  std::uint64_t step = 0;  // 1-based index of the update
   int shard = 0;
   std::uint64_t version = 0;  // the version the update was applied to
   double t_start = 0.0;       // run-relative seconds
@@ -48,6 +47,8 @@ nlohmann::json to_json(const StepRecord& r);
 // DataError naming `origin` when a field is missing or of the wrong type.
 StepRecord step_from_json(const nlohmann::json& j, const std::string& origin);
 
+class RunBoard;
+
 // Where step records go: streamed to steps.jsonl (the writing rank), or
 // kept as JSON lines in memory (other shards, whose records travel to the
 // writing rank at the end).
@@ -58,13 +59,18 @@ class StepLog {
   static StepLog resume_file(const std::filesystem::path& path, std::uint64_t offset);
   static StepLog in_memory();
 
+  // A file log also writes each record to `board` (TensorBoard events;
+  // nullptr: none), which it may share with the rank's EvalLog.
+  void set_board(std::shared_ptr<RunBoard> board);
+
   void write(const StepRecord& r);
   void flush();
   // The buffered lines (in_memory) — empty for a file log.
   const std::string& buffered() const { return m_buffer; }
   // A resumed in-memory log: the lines it held at the checkpoint.
   void restore_buffer(std::string lines) { m_buffer = std::move(lines); }
-  // Appends JSON lines written elsewhere (other shards' records) to the file.
+  // Appends JSON lines written elsewhere (other shards' records) to the file;
+  // they do not reach the board (see step_record.cpp).
   void append_lines(const std::string& lines);
   // Bytes of the file once flushed (a checkpoint's record offset); 0 in memory.
   std::uint64_t bytes() const { return m_file ? m_file->bytes() : 0; }
@@ -73,6 +79,7 @@ class StepLog {
   StepLog() = default;
   std::unique_ptr<JsonlWriter> m_file;
   std::string m_buffer;
+  std::shared_ptr<RunBoard> m_board;
 };
 
 }  // namespace syncopt::metrics

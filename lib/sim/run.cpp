@@ -10,6 +10,7 @@
 #include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
+#include "metrics/run_board.hpp"
 #include "metrics/step_record.hpp"
 #include "sim/fit.hpp"
 #include "sim/record_json.hpp"
@@ -136,11 +137,16 @@ SimulateOutcome simulate_run(const config::Config& cfg, const SimulateOptions& o
   out.run_dir = metrics::create_run_dir(cfg.run.dir, cfg.run.name, cfg.run.overwrite);
   metrics::write_file_atomic(out.run_dir / "config.toml", config::to_toml(cfg));
   metrics::JsonlWriter steps(out.run_dir / "steps.jsonl");
+  // TensorBoard as in a real run, shard 0's records only; the wall-time axis
+  // is the simulated time from the moment the simulation started.
+  const RunClock clock;
+  const auto board = metrics::open_run_board(cfg.run, out.run_dir, "sim", clock);
   // As in a real run: shard 0's records first, the other shards' after them.
   std::vector<metrics::StepRecord> records;
   std::string shard0, others;
   st.on_step = [&](metrics::StepRecord&& r) {
     append_json_line(r.shard == 0 ? shard0 : others, r, true);
+    if (board && r.shard == 0) board->step(r);
     if (shard0.size() > kFlushBytes) {
       steps.write_raw(shard0);
       shard0.clear();
@@ -153,6 +159,7 @@ SimulateOutcome simulate_run(const config::Config& cfg, const SimulateOptions& o
   steps.write_raw(shard0);
   steps.write_raw(others);
   steps.flush();
+  if (board) board->flush();
 
   metrics::RunInfo info;
   info.mode = st.mode;

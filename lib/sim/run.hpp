@@ -1,9 +1,9 @@
 // `syncopt simulate`: a config (and optionally a real run to fit) in, a run
 // directory out, with the files of a real run (config.toml, steps.jsonl,
-// summary.json) so that `syncopt report` and scripts/plot.py read it as
-// one. Times in it are simulated seconds; every step record and the summary
-// carry "clock": "simulated", and the summary a "sim" block saying what was
-// modelled.
+// summary.json, tb/) so that `syncopt report`, scripts/plot.py and
+// TensorBoard read it as one. Times in it are simulated seconds; every step
+// record and the summary carry "clock": "simulated", and the summary a "sim"
+// block saying what was modelled.
 #pragma once
 
 #include <cstdint>

@@ -7,12 +7,12 @@
 //   6. end      point to point, bounded: final parameters, evaluation, records, summary
 #include "train/distributed.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <memory>
 #include <optional>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/agree.hpp"
@@ -26,6 +26,7 @@
 #include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
+#include "metrics/run_board.hpp"
 #include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
 #include "ps/shard.hpp"
@@ -75,9 +76,12 @@ struct Job {
   MPI_Comm ctrl() const { return ctrl_comm.get(); }
   std::string my_part() const {
     switch (roles.role_of(rank)) {
-      case Role::kShard: return "shard" + std::to_string(rank);
-      case Role::kEvaluator: return "evaluator";
-      case Role::kWorker: return "worker" + std::to_string(roles.worker_of(rank));
+      case Role::kShard:
+        return "shard" + std::to_string(rank);
+      case Role::kEvaluator:
+        return "evaluator";
+      case Role::kWorker:
+        return "worker" + std::to_string(roles.worker_of(rank));
     }
     return "";
   }
@@ -104,20 +108,20 @@ void load_inputs(Job& job) {
   comm::agree(job.ctrl(), [&] {
     job.data = data::load(load_options(cfg));
     if (job.data.train.count < std::max<std::int64_t>(cfg.train.batch, job.roles.workers)) {
-      throw ConfigError("the " + std::to_string(job.data.train.count) +
-                        " training examples cannot feed train.batch = " +
-                        std::to_string(cfg.train.batch) + " on each of " +
-                        std::to_string(job.roles.workers) +
-                        " workers (each needs its own shard of at least one example); raise "
-                        "data.limit_train or use fewer ranks");
+      throw ConfigError(
+          "the " + std::to_string(job.data.train.count) +
+          " training examples cannot feed train.batch = " + std::to_string(cfg.train.batch) +
+          " on each of " + std::to_string(job.roles.workers) +
+          " workers (each needs its own shard of at least one example); raise "
+          "data.limit_train or use fewer ranks");
     }
     job.stragglers = std::make_unique<worker::StragglerModel>(cfg.stragglers);
     if (job.ps_mode() && job.roles.evaluator_rank < 0 && job.roles.shards > 1 &&
         (cfg.eval.every_steps > 0 || cfg.eval.every_s > 0.0)) {
-      throw ConfigError("eval.every_steps/eval.every_s with cluster.ps = " +
-                        std::to_string(job.roles.shards) +
-                        " needs an evaluator rank: set cluster.evaluator = true (and one more "
-                        "rank)");
+      throw ConfigError(
+          "eval.every_steps/eval.every_s with cluster.ps = " + std::to_string(job.roles.shards) +
+          " needs an evaluator rank: set cluster.evaluator = true (and one more "
+          "rank)");
     }
   });
   job.spec = model_spec(cfg, job.data.train);
@@ -174,29 +178,39 @@ void open_outputs(Job& job) {
     job.resumed = checkpoint::load_latest(job.run_dir, present);
   });
   comm::agree(job.ctrl(), [&] {
+    // TensorBoard (tb/, see run_board.hpp): rank 0 writes the step records
+    // to a file tagged "steps", and its evaluations there too when it is the
+    // eval writer; an evaluator rank writes its own file, tagged "eval", in
+    // the same directory.
+    std::shared_ptr<metrics::RunBoard> board;
     if (job.rank == 0) {
       const auto offset =
           job.resumed ? record_offset(*job.resumed, job.ps_mode() ? "shard0" : "run", "steps_bytes")
                       : std::nullopt;
       job.steps = std::make_unique<metrics::StepLog>(
-          offset ? metrics::StepLog::resume_file(job.run_dir / "steps.jsonl", *offset)
-          : job.resumed
-              ? metrics::StepLog::resume_file(job.run_dir / "steps.jsonl",
-                                              std::filesystem::file_size(job.run_dir / "steps.jsonl"))
-              : metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
+          offset        ? metrics::StepLog::resume_file(job.run_dir / "steps.jsonl", *offset)
+          : job.resumed ? metrics::StepLog::resume_file(
+                              job.run_dir / "steps.jsonl",
+                              std::filesystem::file_size(job.run_dir / "steps.jsonl"))
+                        : metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
+      board = metrics::open_run_board(cfg.run, job.run_dir, "steps", job.clock);
+      job.steps->set_board(board);
     }
     if (job.rank == job.eval_writer) {
       const std::string part = job.roles.evaluator_rank >= 0 ? "evaluator"
-                               : job.ps_mode()              ? "shard0"
-                                                            : "run";
+                               : job.ps_mode()               ? "shard0"
+                                                             : "run";
       const auto path = job.run_dir / "eval.jsonl";
-      const auto offset = job.resumed ? record_offset(*job.resumed, part, "eval_bytes") : std::nullopt;
+      const auto offset =
+          job.resumed ? record_offset(*job.resumed, part, "eval_bytes") : std::nullopt;
       job.eval_file = std::make_unique<metrics::JsonlWriter>(
           offset        ? metrics::JsonlWriter::resume_at(path, *offset)
           : job.resumed ? metrics::JsonlWriter::resume_at(path, std::filesystem::file_size(path))
                         : metrics::JsonlWriter(path));
       job.eval = std::make_unique<EvalLog>(*job.net, job.data.test, *job.eval_file,
                                            job.plan.train_count, cfg.optim.ema > 0.0, job.clock);
+      job.eval->set_board(
+          job.rank == 0 ? board : metrics::open_run_board(cfg.run, job.run_dir, "eval", job.clock));
     }
   });
   if (job.rank != 0 && job.role == Role::kShard) {
@@ -318,9 +332,9 @@ RoleOutcome run_evaluator_role(Job& job) {
 
 RoleOutcome run_allreduce_role(Job& job, metrics::Progress& progress) {
   const auto reducer = job.compute.make_reducer(job.data_comm.get());
-  const auto replica = job.compute.make_replica(
-      *job.net, job.init.data(), job.param_layout.count,
-      {optim::optimizer_options(job.cfg.optim), job.cfg.optim.ema});
+  const auto replica =
+      job.compute.make_replica(*job.net, job.init.data(), job.param_layout.count,
+                               {optim::optimizer_options(job.cfg.optim), job.cfg.optim.ema});
   AllreduceSetup st;
   st.cfg = &job.cfg;
   st.roles = &job.roles;
@@ -352,8 +366,8 @@ RoleOutcome run_allreduce_role(Job& job, metrics::Progress& progress) {
 // 5. The role loops, from a common start (a resumed run continues its time axis).
 RoleOutcome run_role(Job& job, bool quiet) {
   SYNCOPT_CHECK_MPI(MPI_Barrier(job.ctrl()));
-  const auto* s0 = job.resumed && job.resumed->has_part("shard0") ? &job.resumed->part("shard0")
-                                                                   : nullptr;
+  const auto* s0 =
+      job.resumed && job.resumed->has_part("shard0") ? &job.resumed->part("shard0") : nullptr;
   job.clock.restart(s0 != nullptr ? s0->get<double>("wall_s") : 0.0);
   metrics::Progress progress(static_cast<std::int64_t>(job.plan.total_steps),
                              job.cfg.run.progress_every_steps, quiet || job.rank != 0);
@@ -402,8 +416,8 @@ std::optional<std::string> receive_text(int from, MPI_Comm comm, double limit_s)
       int n = 0;
       SYNCOPT_CHECK_MPI(MPI_Get_count(&st, MPI_CHAR, &n));
       std::string text(static_cast<std::size_t>(n), '\0');
-      SYNCOPT_CHECK_MPI(MPI_Recv(text.data(), n, MPI_CHAR, from, comm::kTagRecords, comm,
-                                 MPI_STATUS_IGNORE));
+      SYNCOPT_CHECK_MPI(
+          MPI_Recv(text.data(), n, MPI_CHAR, from, comm::kTagRecords, comm, MPI_STATUS_IGNORE));
       return text;
     }
     if (clock.now() > limit_s) return std::nullopt;
@@ -456,8 +470,10 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, d
     for (int i = 0; i < slots.size(); ++i) slots.post(i);
     if (job.role == Role::kShard) {
       const auto& sl = job.slices[static_cast<std::size_t>(job.rank)];
-      std::copy(out.theta.begin(), out.theta.end(), theta.begin() + static_cast<std::ptrdiff_t>(sl.offset));
-      std::copy(out.ema.begin(), out.ema.end(), ema.begin() + static_cast<std::ptrdiff_t>(sl.offset));
+      std::copy(out.theta.begin(), out.theta.end(),
+                theta.begin() + static_cast<std::ptrdiff_t>(sl.offset));
+      std::copy(out.ema.begin(), out.ema.end(),
+                ema.begin() + static_cast<std::ptrdiff_t>(sl.offset));
     }
     if (!receive_all(slots, limit_s)) {
       spdlog::error("the final parameters of some shard did not arrive: no final evaluation");
@@ -478,8 +494,8 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, d
   }
   FinalEval fe;
   if (outcome.status == "completed") {
-    const EvalPoint p = job.eval->run(job.plan.total_steps, out.examples, theta.data(), ema.data(),
-                                      out.wall_s);
+    const EvalPoint p =
+        job.eval->run(job.plan.total_steps, out.examples, theta.data(), ema.data(), out.wall_s);
     fe = {true, p.theta, p.ema};
   }
   job.eval_file->flush();

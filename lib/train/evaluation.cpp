@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "metrics/run_board.hpp"
+
 namespace syncopt::train {
 
 EvalResult evaluate(nn::Network& net, const float* params, const data::Dataset& data) {
@@ -36,7 +38,11 @@ EvalResult evaluate(nn::Network& net, const float* params, const data::Dataset& 
 
 EvalLog::EvalLog(nn::Network& net, const data::Dataset& test, metrics::JsonlWriter& log,
                  double train_count, bool use_ema, const RunClock& clock)
-    : m_net(net), m_test(test), m_log(log), m_train_count(train_count), m_use_ema(use_ema),
+    : m_net(net),
+      m_test(test),
+      m_log(log),
+      m_train_count(train_count),
+      m_use_ema(use_ema),
       m_clock(clock) {}
 
 EvalPoint EvalLog::run(std::uint64_t step, std::uint64_t examples, const float* theta,
@@ -59,6 +65,10 @@ EvalPoint EvalLog::run(std::uint64_t step, std::uint64_t examples, const float* 
                {"test_loss_ema", p.ema.loss},
                {"test_acc_ema", p.ema.accuracy}});
   m_log.flush();
+  if (m_board) {
+    m_board->eval({p.step, p.wall_s, p.theta.loss, p.theta.accuracy, p.ema.loss, p.ema.accuracy});
+    m_board->flush();
+  }
   return p;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/clock.hpp"
@@ -10,6 +11,10 @@
 #include "data/dataset.hpp"
 #include "metrics/records.hpp"
 #include "nn/backend.hpp"
+
+namespace syncopt::metrics {
+class RunBoard;
+}
 
 namespace syncopt::train {
 
@@ -39,6 +44,9 @@ class EvalLog {
   // `clock` once the evaluation is done.
   EvalLog(nn::Network& net, const data::Dataset& test, metrics::JsonlWriter& log,
           double train_count, bool use_ema, const RunClock& clock);
+  // Each evaluation also goes to `board` (TensorBoard's eval/* tags, flushed
+  // at once; nullptr: none), which may be shared with the rank's StepLog.
+  void set_board(std::shared_ptr<metrics::RunBoard> board) { m_board = std::move(board); }
   // wall_s >= 0 is recorded instead of the clock (the end of training, for
   // the final evaluation).
   EvalPoint run(std::uint64_t step, std::uint64_t examples, const float* theta, const float* ema,
@@ -53,6 +61,7 @@ class EvalLog {
   double m_train_count;
   bool m_use_ema;
   const RunClock& m_clock;
+  std::shared_ptr<metrics::RunBoard> m_board;
 };
 
 // When to evaluate during training: every eval.every_steps updates, or

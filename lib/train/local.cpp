@@ -16,6 +16,7 @@
 #include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
+#include "metrics/run_board.hpp"
 #include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
 #include "replica/replica.hpp"
@@ -165,6 +166,10 @@ std::uint64_t LocalTrainer::open_outputs() {
   }
   m_eval = std::make_unique<EvalLog>(*m_net, m_data.test, *m_eval_file, m_plan.train_count,
                                      m_use_ema, m_clock);
+  // One TensorBoard file for the steps and evaluations (tb/, see run_board.hpp).
+  const auto board = metrics::open_run_board(m_cfg.run, dir, "steps", m_clock);
+  m_steps->set_board(board);
+  m_eval->set_board(board);
   spdlog::info("run directory: {}", dir.string());
   spdlog::info("model {} ({} parameters), backend {} with {} thread(s), batch {}, {} steps "
                "({:.2f} epochs)",

@@ -1,0 +1,73 @@
+// Step records and evaluations as TensorBoard events (see run_board.hpp).
+#include "metrics/run_board.hpp"
+
+#include <algorithm>
+
+namespace syncopt::metrics {
+
+namespace {
+
+// Weight of the newest update in the smoothed step time: about the last
+// 1/kRateWeight updates count, enough to steady a curve of per-step
+// jitter without hiding a slowdown for long.
+constexpr double kRateWeight = 0.1;
+
+}  // namespace
+
+RunBoard::RunBoard(const std::filesystem::path& dir, const std::string& tag, const RunClock& clock)
+    : m_writer(dir, tag), m_clock(clock) {}
+
+void RunBoard::step(const StepRecord& r) {
+  const auto step = static_cast<std::int64_t>(r.step);
+  const double wall = m_clock.unix_s(r.t_apply);
+  m_writer.scalar("train/loss", step, r.loss, wall);
+  m_writer.scalar("train/lr", step, r.lr, wall);
+
+  // Seconds per update since the previous record; the first record of this
+  // board (a new or resumed run) has only its own step's length.
+  const double dt = m_last_step > 0 && r.step > m_last_step
+                        ? (r.t_apply - m_last_apply) / static_cast<double>(r.step - m_last_step)
+                        : r.t_apply - r.t_start;
+  if (dt > 0.0) m_step_s = m_step_s > 0.0 ? (1.0 - kRateWeight) * m_step_s + kRateWeight * dt : dt;
+  m_last_step = r.step;
+  m_last_apply = r.t_apply;
+  if (m_step_s > 0.0) m_writer.scalar("train/steps_per_s", step, 1.0 / m_step_s, wall);
+
+  int drops = 0, accepted = 0;
+  double staleness_sum = 0.0, last_accepted = 0.0;
+  m_arrivals.clear();
+  for (const GradRecord& g : r.grads) {
+    m_arrivals.push_back(g.arrival_s);
+    if (!g.accepted) {
+      ++drops;
+      continue;
+    }
+    staleness_sum += static_cast<double>(g.staleness);
+    last_accepted = accepted++ == 0 ? g.arrival_s : std::max(last_accepted, g.arrival_s);
+  }
+  m_writer.scalar("sync/gradients_used", step, r.used, wall);
+  m_writer.scalar("sync/drops", step, drops, wall);
+  if (accepted > 0) {
+    m_writer.scalar("sync/staleness_mean", step, staleness_sum / accepted, wall);
+    m_writer.scalar("sync/time_to_kth", step, last_accepted, wall);
+  }
+  m_writer.histogram("sync/arrival_s", step, m_arrivals, wall);
+}
+
+void RunBoard::eval(const EvalScalars& e) {
+  const auto step = static_cast<std::int64_t>(e.step);
+  const double wall = m_clock.unix_s(e.wall_s);
+  m_writer.scalar("eval/test_acc", step, e.test_acc, wall);
+  m_writer.scalar("eval/test_acc_ema", step, e.test_acc_ema, wall);
+  m_writer.scalar("eval/test_loss", step, e.test_loss, wall);
+  m_writer.scalar("eval/test_loss_ema", step, e.test_loss_ema, wall);
+}
+
+std::shared_ptr<RunBoard> open_run_board(const config::RunConfig& run,
+                                         const std::filesystem::path& run_dir,
+                                         const std::string& tag, const RunClock& clock) {
+  if (!run.tensorboard) return nullptr;
+  return std::make_shared<RunBoard>(run_dir / "tb", tag, clock);
+}
+
+}  // namespace syncopt::metrics

@@ -1,0 +1,79 @@
+// The run's TensorBoard view (runs/<name>/tb/): the one place where step
+// records and evaluations become TensorBoard tags, so that every mode (local,
+// allreduce, the parameter-server shards, the simulator) shows the same
+// curves and `tensorboard --logdir runs` compares runs side by side.
+//
+// Per step record (with several shards, shard 0's: the others' decide alike
+// on their own slices and are in steps.jsonl), at its step and wall time:
+//   train/loss             the applied (mean) loss
+//   train/lr               the learning rate applied
+//   train/steps_per_s      updates per second, from t_apply, smoothed over
+//                          about the last 10 updates
+//   sync/gradients_used    gradients averaged into the update
+//   sync/drops             gradients of the record not accepted
+//   sync/staleness_mean    mean staleness of the accepted gradients
+//   sync/time_to_kth       arrival of the last accepted gradient (the N-th
+//                          of the step: the time to k = N, seconds)
+//   sync/arrival_s         histogram of every gradient's arrival (seconds
+//                          since the step's start), accepted or dropped
+// Per evaluation, at its step:
+//   eval/test_acc, eval/test_acc_ema, eval/test_loss, eval/test_loss_ema
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "config/config.hpp"
+#include "metrics/step_record.hpp"
+#include "metrics/tensorboard.hpp"
+
+namespace syncopt::metrics {
+
+// One evaluation of θ and θ̄ on the test set (eval.jsonl's fields).
+struct EvalScalars {
+  std::uint64_t step = 0;
+  double wall_s = 0.0;  // run time of the evaluation
+  double test_loss = 0.0;
+  double test_acc = 0.0;  // fraction in [0, 1], as in eval.jsonl
+  double test_loss_ema = 0.0;
+  double test_acc_ema = 0.0;
+};
+
+// A record costs 7 scalars and one histogram, ~10 µs. Not thread-safe: one
+// board per writing thread. Errors are OutputError, as TensorBoardWriter's.
+class RunBoard {
+ public:
+  // A new events file in `dir` whose name ends in `tag` (one per writing
+  // rank, all in one directory: TensorBoard merges them as one run). Wall
+  // times are clock.unix_s(record time), read at each write, so the clock
+  // may be restarted after the board is made.
+  RunBoard(const std::filesystem::path& dir, const std::string& tag, const RunClock& clock);
+
+  void step(const StepRecord& r);
+  void eval(const EvalScalars& e);
+  void flush() { m_writer.flush(); }
+  const std::filesystem::path& path() const { return m_writer.path(); }
+
+ private:
+  TensorBoardWriter m_writer;
+  const RunClock& m_clock;
+  std::vector<double> m_arrivals;  // reused across records
+  // Smoothed seconds per update, and the last record it saw.
+  double m_step_s = 0.0;
+  std::uint64_t m_last_step = 0;
+  double m_last_apply = 0.0;
+};
+
+// The board of a run: a new events file in <run_dir>/tb/ tagged `tag`, or
+// nullptr when run.tensorboard = false. Every writing rank of a run puts its
+// file in the same tb/ (TensorBoard merges a directory's files into one run);
+// a resumed run adds a file there (a writer never overwrites one).
+std::shared_ptr<RunBoard> open_run_board(const config::RunConfig& run,
+                                         const std::filesystem::path& run_dir,
+                                         const std::string& tag, const RunClock& clock);
+
+}  // namespace syncopt::metrics

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Real runs read back by the real TensorBoard (CTest tensorboard_runs).
+
+    check_runs.py --syncopt EXE --mpirun MPIRUN --config SMOKE_TOML --workdir DIR
+
+Trains small runs under DIR/runs (local; sync with b = 1 evaluating at shard
+0; async with an evaluator rank, whose evaluations go to a second events
+file; allreduce; a local one with run.tensorboard = false) and simulates one
+(`syncopt simulate`, sync with b = 2 of 6, no evaluations), then reads
+every run's tb/ with TensorBoard's EventAccumulator and checks it against the
+run's own records, value by value:
+
+  steps.jsonl (shard 0), per step, exactly once:
+    train/loss, train/lr        the record's loss and lr (float32)
+    train/steps_per_s           1 / the smoothed step time from t_apply
+    sync/gradients_used         the record's used
+    sync/drops                  its gradients not accepted
+    sync/staleness_mean         mean staleness of the accepted ones
+    sync/time_to_kth            arrival of the last accepted one
+    sync/arrival_s              histogram: num = the record's gradients,
+                                min, max, sums and buckets of their arrivals
+    wall time                   t_apply on the calendar: the differences
+                                between steps are t_apply's
+  eval.jsonl, per line in order:
+    eval/test_acc, eval/test_acc_ema, eval/test_loss, eval/test_loss_ema
+
+and that TensorBoard's plugin multiplexer over DIR/runs (what `tensorboard
+--logdir DIR/runs` serves) lists the runs side by side with those tags, and
+no run for the one with run.tensorboard = false. Without the tensorboard
+package this fails (read_events.py exits 1 on import): never a skip.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import read_events  # noqa: E402  (exits 1 without tensorboard)
+from read_events import Failures, float32  # noqa: E402
+
+from tensorboard.backend.event_processing import plugin_event_multiplexer  # noqa: E402
+from tensorboard.util import tensor_util  # noqa: E402
+
+STEP_SCALARS = [
+    "train/loss",
+    "train/lr",
+    "train/steps_per_s",
+    "sync/gradients_used",
+    "sync/drops",
+    "sync/staleness_mean",
+    "sync/time_to_kth",
+]
+EVAL_SCALARS = ["eval/test_acc", "eval/test_acc_ema", "eval/test_loss", "eval/test_loss_ema"]
+HISTOGRAMS = ["sync/arrival_s"]
+RATE_WEIGHT = 0.1  # lib/metrics/run_board.cpp's kRateWeight
+
+COMMON = [
+    "--quiet",
+    "--set", "model.name=mlp",
+    "--set", "train.steps=40",
+    "--set", "eval.every_steps=10",
+]
+# name -> (ranks, overrides); ranks 0 = the local trainer without mpirun,
+# "sim" = syncopt simulate.
+RUNS = {
+    "local": (0, ["--set", "train.mode=local"]),
+    "sync": (4, ["--set", "train.mode=sync", "--set", "train.backups=1",
+                 "--set", "cluster.evaluator=false"]),
+    "async-evaluator": (5, ["--set", "train.mode=async", "--set", "cluster.evaluator=true"]),
+    "allreduce": (2, ["--set", "train.mode=allreduce"]),
+    "off": (0, ["--set", "train.mode=local", "--set", "run.tensorboard=false"]),
+    "sim": ("sim", ["--set", "train.mode=sync", "--set", "train.backups=2",
+                    "--set", "sim.workers=6"]),
+}
+# The events files each run's tb/ must hold, by file-name tag.
+FILE_TAGS = {
+    "local": ["steps"],
+    "sync": ["steps"],
+    "async-evaluator": ["eval", "steps"],
+    "allreduce": ["steps"],
+    "sim": ["sim"],
+}
+
+
+def train(args, runs_dir, name):
+    ranks, overrides = RUNS[name]
+    command = "simulate" if ranks == "sim" else "train"
+    cmd = [args.syncopt, command, args.config, "--set", f"run.dir={runs_dir}",
+           "--set", f"run.name={name}"] + COMMON + overrides
+    if ranks and ranks != "sim":
+        cmd = [args.mpirun, "-np", str(ranks)] + cmd
+    t0 = time.time()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    if out.returncode != 0:
+        sys.stdout.write(out.stdout + out.stderr)
+        sys.exit(f"check_runs.py: run {name} failed ({out.returncode}): {' '.join(cmd)}")
+    print(f"trained {name} in {time.time() - t0:.1f}s")
+
+
+def jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def check_scalar(f, where, got, want):
+    """got: [step, wall, value] events; want: [(step, value)] in order."""
+    if not f.check(len(got) == len(want), f"{where}: {len(got)} events, want {len(want)}"):
+        return
+    for (gstep, _w, gvalue), (step, value) in zip(got, want):
+        f.check(
+            (gstep, gvalue) == (step, float32(value)),
+            f"{where}: read step {gstep} = {gvalue!r}, steps.jsonl/eval.jsonl has step {step} = "
+            f"{value!r} (float32 {float32(value)!r})",
+        )
+
+
+def expected_rates(records):
+    """train/steps_per_s as RunBoard computes it (same double arithmetic)."""
+    rates, step_s, last_step, last_apply = [], 0.0, 0, 0.0
+    for r in records:
+        if last_step > 0 and r["step"] > last_step:
+            dt = (r["t_apply"] - last_apply) / (r["step"] - last_step)
+        else:
+            dt = r["t_apply"] - r["t_start"]
+        if dt > 0.0:
+            step_s = (1.0 - RATE_WEIGHT) * step_s + RATE_WEIGHT * dt if step_s > 0.0 else dt
+        last_step, last_apply = r["step"], r["t_apply"]
+        rates.append((r["step"], 1.0 / step_s if step_s > 0.0 else None))
+    return rates
+
+
+def scalar_tags(name):
+    return STEP_SCALARS + (EVAL_SCALARS if name != "sim" else [])
+
+
+def check_run(f, run_dir, name):
+    tb = os.path.join(run_dir, "tb")
+    files = sorted(os.listdir(tb)) if os.path.isdir(tb) else []
+    tags = sorted(fn.rsplit(".", 1)[-1] for fn in files)
+    f.check(tags == FILE_TAGS[name], f"{name}: events files {files}, want tags {FILE_TAGS[name]}")
+    for fn in files:
+        path = os.path.join(tb, fn)
+        try:
+            n = len(read_events.raw_records(path))
+        except Exception as e:  # DataLossError: a bad CRC or a torn record
+            f.check(False, f"{path}: TensorBoard's record reader: {e}")
+            continue
+        f.check(n > 1, f"{path}: only {n} records")
+    run = read_events.load_run(tb)
+    scalars, histos = run["scalars"], run["histograms"]
+    f.check(
+        sorted(scalars) == sorted(scalar_tags(name)), f"{name}: scalar tags {sorted(scalars)}"
+    )
+    f.check(sorted(histos) == HISTOGRAMS, f"{name}: histogram tags {sorted(histos)}")
+
+    records = [r for r in jsonl(os.path.join(run_dir, "steps.jsonl")) if r.get("shard", 0) == 0]
+    steps = [r["step"] for r in records]
+    f.check(len(set(steps)) == len(steps) > 0, f"{name}: steps.jsonl steps {steps}")
+
+    def per_step(fn):
+        return [(r["step"], fn(r)) for r in records]
+
+    def accepted(r):
+        return [g for g in r["grads"] if g["accepted"]]
+
+    want = {
+        "train/loss": per_step(lambda r: r["loss"]),
+        "train/lr": per_step(lambda r: r["lr"]),
+        "sync/gradients_used": per_step(lambda r: r["used"]),
+        "sync/drops": per_step(lambda r: sum(1 for g in r["grads"] if not g["accepted"])),
+        "sync/staleness_mean": [
+            (r["step"], sum(g["staleness"] for g in accepted(r)) / len(accepted(r)))
+            for r in records if accepted(r)
+        ],
+        "sync/time_to_kth": [
+            (r["step"], max(g["arrival_s"] for g in accepted(r))) for r in records if accepted(r)
+        ],
+    }
+    for tag, events in want.items():
+        check_scalar(f, f"{name} {tag}", scalars.get(tag, []), events)
+
+    rates = scalars.get("train/steps_per_s", [])
+    want_rates = [(s, v) for s, v in expected_rates(records) if v is not None]
+    if f.check(len(rates) == len(want_rates), f"{name} train/steps_per_s: {len(rates)} events"):
+        for (gstep, _w, gvalue), (step, value) in zip(rates, want_rates):
+            f.check(
+                gstep == step and close(gvalue, float32(value)),
+                f"{name} train/steps_per_s: step {gstep} = {gvalue}, want step {step} = {value}",
+            )
+
+    # Wall times: the record's t_apply on the calendar, this run's.
+    loss = scalars.get("train/loss", [])
+    if loss and len(loss) == len(records):
+        origin = loss[0][1] - records[0]["t_apply"]
+        f.check(abs(origin - time.time()) < 3600, f"{name}: wall times start at {origin}")
+        for (step, wall, _v), r in zip(loss, records):
+            f.check(
+                abs(wall - origin - r["t_apply"]) < 1e-5,
+                f"{name} step {step}: wall time {wall} is t_apply {r['t_apply']} + "
+                f"{wall - r['t_apply']}, not + {origin}",
+            )
+
+    got_h = histos.get("sync/arrival_s", [])
+    if f.check(len(got_h) == len(records), f"{name} sync/arrival_s: {len(got_h)} events"):
+        for (gstep, _w, h), r in zip(got_h, records):
+            where = f"{name} sync/arrival_s step {r['step']}"
+            f.check(gstep == r["step"], f"{where}: read at step {gstep}")
+            f.check(h["num"] == len(r["grads"]), f"{where}: num {h['num']}, {len(r['grads'])} grads")
+            read_events.check_histogram(f, where, h, [g["arrival_s"] for g in r["grads"]])
+
+    if name == "sim":
+        return records
+    evals = jsonl(os.path.join(run_dir, "eval.jsonl"))
+    f.check(len(evals) >= 2, f"{name}: eval.jsonl has {len(evals)} lines")
+    for tag in EVAL_SCALARS:
+        key = tag.split("/", 1)[1]
+        check_scalar(f, f"{name} {tag}", scalars.get(tag, []), [(e["step"], e[key]) for e in evals])
+    return records
+
+
+def dashboard(f, runs_dir, names):
+    """What `tensorboard --logdir runs_dir` serves: the plugin multiplexer."""
+    mux = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={"scalars": 0, "histograms": 0}
+    )
+    mux.AddRunsFromDirectory(runs_dir)
+    mux.Reload()
+    runs = sorted(mux.Runs())
+    want = sorted(n + "/tb" for n in names)
+    f.check(runs == want, f"dashboard runs {runs}, want {want}")
+    scalars = mux.PluginRunToTagToContent("scalars")
+    histos = mux.PluginRunToTagToContent("histograms")
+    print(f"tensorboard --logdir {runs_dir} lists {len(runs)} runs:")
+    for run in runs:
+        st, ht = sorted(scalars.get(run, {})), sorted(histos.get(run, {}))
+        f.check(st == sorted(scalar_tags(run.split("/")[0])), f"dashboard {run}: scalars {st}")
+        f.check(ht == HISTOGRAMS, f"dashboard {run}: histograms {ht}")
+        loss = mux.Tensors(run, "train/loss") if "train/loss" in st else []
+        acc = mux.Tensors(run, "eval/test_acc") if "eval/test_acc" in st else []
+        span = loss[-1].wall_time - loss[0].wall_time if loss else 0.0
+        last_acc = (
+            f"{float(tensor_util.make_ndarray(acc[-1].tensor_proto)):.4f} at step {acc[-1].step}"
+            if acc else "-"
+        )
+        print(f"  {run}: {len(st)} scalar tags, {len(ht)} histogram tag; train/loss steps "
+              f"{loss[0].step if loss else '-'}..{loss[-1].step if loss else '-'} over {span:.2f}s; "
+              f"last eval/test_acc {last_acc}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--syncopt", required=True)
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    runs_dir = os.path.join(args.workdir, "runs")
+    os.makedirs(runs_dir)
+    for name in RUNS:
+        train(args, runs_dir, name)
+
+    f = Failures()
+    on = [n for n in RUNS if n != "off"]
+    f.check(not os.path.exists(os.path.join(runs_dir, "off", "tb")),
+            "run.tensorboard = false still wrote tb/")
+    for name in on:
+        records = check_run(f, os.path.join(runs_dir, name), name)
+        if name in ("sync", "sim"):
+            # Backups drop gradients nearly every step: none means the drops
+            # check compared nothing but zeros.
+            drops = sum(1 for r in records for g in r["grads"] if not g["accepted"])
+            f.check(drops > 0, f"the {name} run with backups recorded no drops")
+    dashboard(f, runs_dir, on)
+    for line in f.lines[:40]:
+        print("MISMATCH:", line)
+    if f.lines:
+        print(f"FAILED: {len(f.lines)} mismatches between the runs' records and TensorBoard")
+        return 1
+    print(f"OK: {len(on)} runs read back by TensorBoard match steps.jsonl and eval.jsonl")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
