@@ -19,7 +19,7 @@ namespace {
 // trained.
 const std::set<std::string> kResumeMayChange = {
     "run.resume", "run.overwrite", "run.checkpoint_every_s", "run.checkpoint_every_steps",
-    "run.keep_checkpoints", "run.progress_every_steps", "cluster.dead_after_s",
+    "run.keep_checkpoints", "run.progress", "run.progress_every_steps", "cluster.dead_after_s",
     "eval.every_steps", "eval.every_s", "eval.batch", "compute.threads"};
 
 // "section.key" -> "value" for every line of to_toml's text.
