@@ -35,7 +35,9 @@ if [ ! -x "$BIN" ]; then
   exit 1
 fi
 
-can_checkpoint() { "$BIN" train --help 2>/dev/null | grep -q checkpoint_every; }
+# Not `--help | grep -q`: grep exits at the first match, syncopt then dies of
+# SIGPIPE, and pipefail turns the match into a failure (the scenario skipped).
+can_checkpoint() { grep -q checkpoint_every <<<"$("$BIN" train --help 2>/dev/null)"; }
 SKIP_E="the trainer cannot checkpoint on SIGUSR1 and exit 75 yet (no checkpoint_every in \`syncopt train --help\`)"
 
 if [ "$WHAT" = requeue ] && ! can_checkpoint; then
@@ -337,11 +339,39 @@ run_requeue() {
     cat "$out" 2>/dev/null
     return 1
   fi
+  # What each attempt did, from the job log (appended to by every attempt).
+  grep -E 'train.sbatch: (job|SIGUSR1|.*exit_code|run stopped)|stopping at step|resuming from' "$out" |
+    sed 's/^/    /'
   grep -q "exit_code in .* is 75" "$out" || fail "(e) no attempt ended with the run's exit code 75"
+  grep -q "SIGUSR1 received" "$out" || fail "(e) SLURM's B:USR1 never reached the batch shell"
+  grep -q "stopping at step .* on SIGUSR1: saving a checkpoint" "$out" || fail "(e) the trainer did not stop on SIGUSR1"
   grep -q 'run.resume=true' "$out" || fail "(e) no attempt resumed"
-  check_run "$WORK/e/runs/smoke-$j" sync
-  python3 -c "import json,sys; s=json.load(open(sys.argv[1])); sys.exit(s.get('steps')!=$steps)" \
-    "$WORK/e/runs/smoke-$j/summary.json" || fail "(e) the resumed run did not reach step $steps"
+  grep -q "resuming from the checkpoint at step" "$out" || fail "(e) the restart did not resume from a checkpoint"
+  local run=$WORK/e/runs/smoke-$j
+  check_run "$run" sync
+  # The records of the whole run: every update once (what an attempt wrote
+  # after its last checkpoint is cut on resume), evaluations in order.
+  python3 - "$run" "$steps" <<'PY' || fail "(e) the records of $run: see above"
+import json, sys
+run, n = sys.argv[1], int(sys.argv[2])
+s = json.load(open(f"{run}/summary.json"))
+steps = [json.loads(l)["step"] for l in open(f"{run}/steps.jsonl") if l.strip()]
+evals = [json.loads(l)["step"] for l in open(f"{run}/eval.jsonl") if l.strip()]
+problems = []
+if s.get("steps") != n:
+    problems.append(f"summary steps {s.get('steps')}, expected {n}")
+if sorted(steps) != list(range(1, n + 1)):
+    dup = len(steps) - len(set(steps))
+    missing = sorted(set(range(1, n + 1)) - set(steps))[:5]
+    problems.append(f"steps.jsonl: {len(steps)} records, {dup} duplicated, missing {missing}")
+if evals != sorted(set(evals)):
+    problems.append(f"eval.jsonl steps not increasing once each: {evals}")
+print(f"    records: {len(steps)} updates, each once; evaluations at {evals}")
+if problems:
+    print("   ", "; ".join(problems))
+    sys.exit(1)
+PY
+  "$BIN" checkpoints "$run" >"$WORK/e/ck.log" 2>&1 || fail "(e) the latest checkpoint does not load: $(cat "$WORK/e/ck.log")"
 }
 
 rc=0
