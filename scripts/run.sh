@@ -6,20 +6,100 @@
 # Usage: scripts/run.sh [CONFIG] [--set key=value ...]
 #   SYNCOPT_NP=7 ranks for a distributed config (default 7); a config whose
 #   train.mode is "local" runs as one process without mpirun.
+#
+# Exit status: the run's own (runs/<name>/summary.json "exit_code"; README,
+# "Exit codes"). A distributed run goes under `mpirun --enable-recovery`, so
+# that a worker that dies is dropped and the run goes on (DESIGN §9/§10); that
+# mpirun exits 0 whatever the ranks did, so its status says nothing.
+# Ctrl-C (SIGINT), SIGTERM or SIGHUP to this script stop the run at a step
+# boundary with a checkpoint (exit 75; SIGUSR1 to mpirun, which forwards it);
+# a second one ends mpirun at once. Resume with the command it prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
 config=${1:-configs/fmnist-sync.toml}
 shift || true
-# A fresh run directory each time, so an earlier run is never overwritten.
+# A fresh run directory each time, so an earlier run is never overwritten
+# (the user's own --set run.name=... comes later and wins).
 name="$(basename "$config" .toml)-$(date +%Y%m%d-%H%M%S)"
-mode=$(build/syncopt train "$config" "$@" --dry-run | sed -n 's/^mode = "\(.*\)"$/\1/p' | head -1)
-if [ "$mode" = "local" ]; then
-  exec build/syncopt train "$config" --set run.name="$name" "$@"
+args=(train "$config" --set run.name="$name" "$@")
+# Validates the config once, in one process (a bad key: its message and exit
+# 78 here, not one per rank), and tells the mode and the run directory.
+rc=0
+resolved=$(build/syncopt "${args[@]}" --dry-run 2>&1) || rc=$?
+if ((rc)); then
+  echo "$resolved" >&2
+  exit "$rc"
 fi
+value() {  # value SECTION KEY: from the resolved config that --dry-run prints
+  awk -v sect="[$1]" -v key="$2" '/^\[/ { in_s = ($0 == sect) }
+    in_s && $1 == key && $2 == "=" { v = $3; gsub(/^"|"$/, "", v); print v; exit }' <<<"$resolved"
+}
+mode=$(value train mode)
+run_dir=$(value run dir)/$(value run name)
+if [ "$mode" = "local" ]; then
+  # One process: its exit status is the run's own, and it takes SIGINT and
+  # SIGTERM itself (checkpoint, exit 75).
+  exec build/syncopt "${args[@]}"
+fi
+
 # Open MPI as root (containers, CI) and more ranks than cores need these;
 # they belong to the launcher, never to the binary.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-mpirun -np "${SYNCOPT_NP:-7}" build/syncopt train "$config" --set run.name="$name" "$@"
-echo "plots: scripts/plot.py runs/$name"
+# mpirun in a session of its own (setsid), so that Ctrl-C at the terminal
+# reaches this script only and becomes SIGUSR1 to mpirun (mpirun's own
+# SIGINT/SIGTERM handling kills the ranks); stdin from /dev/null, as nothing
+# reads it. Its stderr stays the terminal, so rank 0 still draws the live
+# progress line (lib/metrics/records.cpp).
+t_launch=$(date +%s)
+setsid mpirun --enable-recovery -np "${SYNCOPT_NP:-7}" build/syncopt "${args[@]}" </dev/null &
+mpirun_pid=$!
+stops=0
+# shellcheck disable=SC2317  # run by the traps
+stop_run() {
+  stops=$((stops + 1))
+  if ((stops == 1)); then
+    echo >&2
+    echo "run.sh: SIG$1: asking the ranks to stop with a checkpoint (SIGUSR1 to mpirun); again to end mpirun at once" >&2
+    kill -USR1 "$mpirun_pid" 2>/dev/null || true
+  else
+    echo "run.sh: SIG$1 again: SIGTERM to mpirun" >&2
+    kill -TERM "$mpirun_pid" 2>/dev/null || true
+  fi
+}
+trap 'stop_run INT' INT
+trap 'stop_run TERM' TERM
+trap 'stop_run HUP' HUP
+mpirun_rc=0
+while :; do
+  # wait returns early (status > 128) when a trapped signal arrives.
+  wait "$mpirun_pid" && mpirun_rc=0 || mpirun_rc=$?
+  kill -0 "$mpirun_pid" 2>/dev/null || break
+done
+trap - INT TERM HUP
+
+# The run's verdict: summary.json, written last by rank 0 (DESIGN §10), if
+# this launch wrote it.
+summary=$run_dir/summary.json
+code=""
+if [ -f "$summary" ] && (($(stat -c %Y "$summary") >= t_launch)); then
+  code=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["exit_code"])' "$summary" 2>/dev/null) || code=""
+fi
+if [ -z "$code" ]; then
+  # No verdict: every rank died before rank 0 could write one.
+  echo "run.sh: $run_dir has no summary.json of this run (mpirun exited $mpirun_rc): the run failed; see the messages above" >&2
+  ((mpirun_rc)) && exit "$mpirun_rc"
+  exit 70
+fi
+# A completed run has just printed its report and where it is: nothing to add.
+case $code in
+  0) ;;
+  75)
+    again=("$config" "$@")
+    case " $* " in *" run.name="* | *" --set=run.name="*) ;; *) again+=(--set "run.name=$(basename "$run_dir")") ;; esac
+    echo "run.sh: $run_dir stopped with a checkpoint (exit 75); resume with: scripts/run.sh ${again[*]} --set run.resume=true" >&2
+    ;;
+  *) echo "run.sh: $run_dir ended with exit code $code (summary.json); see the messages above" >&2 ;;
+esac
+exit "$code"

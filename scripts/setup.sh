@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages syncopt needs (only those missing), then
 # configures and builds a Release build in build/ (or $SYNCOPT_BUILD_DIR).
-# Usage: scripts/setup.sh [extra cmake args...]
+# Usage: scripts/setup.sh [--tests] [extra cmake args...]
+#   --tests            also what only the tests need (TEST_PACKAGES; scripts/test.sh)
+#   --list-packages    print PACKAGES and exit (scripts/check-packages.py reads it)
+#
+# PACKAGES is everything the build and a run use, and nothing may be missing
+# from it: apt installs with --no-install-recommends, so a package that is
+# only a Recommends of one listed here (ocl-icd-opencl-dev for libdnnl-dev)
+# must be listed itself. scripts/test.sh checks this after every build
+# (scripts/check-packages.py: every file the build used, mapped to its
+# package, against this list and its Depends).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,8 +18,25 @@ PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libcli11-d
           catch2 libtomlplusplus-dev nlohmann-json3-dev libdnnl-dev ocl-icd-opencl-dev libopenblas-dev zlib1g-dev
           dataset-fashion-mnist python3 python3-matplotlib clang-format
           python3-pip libprotobuf-dev protobuf-compiler)
+# The SLURM tests (ctest -L slurm, root only) start a private single-node
+# SLURM: scripts/slurm/local-cluster.sh, which installs the same list when run
+# by itself. Installed here so that a test's time limit never pays for apt.
+TEST_PACKAGES=(
+  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev)
+
+tests=0
+if [ "${1:-}" = --list-packages ]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
+if [ "${1:-}" = --tests ]; then
+  tests=1
+  shift
+fi
+wanted=("${PACKAGES[@]}")
+if ((tests)) && [ "$(id -u)" -eq 0 ]; then wanted+=("${TEST_PACKAGES[@]}"); fi
 missing=()
-for p in "${PACKAGES[@]}"; do
+for p in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then

@@ -145,8 +145,13 @@ std::vector<KeySpec> make_key_specs() {
                   "Save a checkpoint every N updates; 0 = off."),
       SYNCOPT_KEY(run, keep_checkpoints, at_least(1), "",
                   "Checkpoints kept in <run>/checkpoints/ (the newest; older ones are removed)."),
+      SYNCOPT_KEY(run, progress, no_range(), "",
+                  "Rank 0's progress: live (one line refreshed in place: steps, epoch, loss, "
+                  "examples/s, ETA), lines (a log line every run.progress_every_steps), or auto: "
+                  "live when stderr, or under mpirun mpirun's stderr, is a terminal.",
+                  "auto", "live", "lines"),
       SYNCOPT_KEY(run, progress_every_steps, at_least(1), "",
-                  "Progress line period, in steps, when stdout is not a terminal."),
+                  "Progress line period, in steps, when the progress line is not live."),
       SYNCOPT_KEY(run, tensorboard, no_range(), "",
                   "Write TensorBoard event files to <run.dir>/<run.name>/tb/ (loss, lr, steps/s, "
                   "drops, staleness, arrival-time histograms, test accuracy with and without "

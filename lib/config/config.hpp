@@ -20,7 +20,8 @@ struct RunConfig {
   double checkpoint_every_s = 600.0;       // 0 = off (a checkpoint is still saved at the end and on a stop signal)
   std::int64_t checkpoint_every_steps = 0;  // 0 = off
   std::int64_t keep_checkpoints = 2;        // newest checkpoints kept on disk
-  std::int64_t progress_every_steps = 50;  // progress line period when stdout is not a TTY
+  std::string progress = "auto";           // auto | live | lines (metrics::Progress)
+  std::int64_t progress_every_steps = 50;  // progress line period when the line is not live
   bool tensorboard = true;                 // TensorBoard event files under <run>/tb/
 
   bool operator==(const RunConfig&) const = default;

@@ -2,6 +2,7 @@
 #include "metrics/records.hpp"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
+#include "common/log.hpp"
 
 namespace syncopt::metrics {
 
@@ -158,9 +160,98 @@ double percentile(std::vector<double> values, double p) {
   return values[lo] * (1.0 - frac) + values[hi] * frac;
 }
 
-Progress::Progress(std::int64_t total_steps, std::int64_t every_steps, bool quiet)
-    : m_total(total_steps), m_every(std::max<std::int64_t>(1, every_steps)),
-      m_tty(isatty(STDERR_FILENO) == 1), m_quiet(quiet) {}
+ProgressOutput parse_progress_output(const std::string& name) {
+  if (name == "auto") return ProgressOutput::kAuto;
+  if (name == "live") return ProgressOutput::kLive;
+  if (name == "lines") return ProgressOutput::kLines;
+  throw ConfigError("run.progress = \"" + name + "\": expected auto, live or lines");
+}
+
+namespace {
+
+bool is_terminal_path(const std::string& path) {
+  return path.starts_with("/dev/pts/") || path.starts_with("/dev/tty") || path == "/dev/console";
+}
+
+// Open MPI's launchers: mpirun (also installed as mpiexec, orterun,
+// mpirun.openmpi) and its node daemon orted; prterun/prted in Open MPI 5.
+bool is_mpi_launcher(const std::string& comm) {
+  for (const char* name : {"mpirun", "mpiexec", "orterun", "orted", "prterun", "prted"}) {
+    if (comm.starts_with(name)) return true;
+  }
+  return false;
+}
+
+int terminal_columns(int fd) {
+  winsize ws{};
+  return ioctl(fd, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
+}
+
+std::string read_link(const std::string& path) {
+  char buf[512];
+  const ssize_t n = readlink(path.c_str(), buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+// "1h02m", "3m05s", "42s".
+std::string duration(double s) {
+  const auto t = static_cast<long long>(std::max(0.0, s) + 0.5);
+  char buf[32];
+  if (t >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", t / 3600, t / 60 % 60);
+  } else if (t >= 60) {
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", t / 60, t % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%llds", t);
+  }
+  return buf;
+}
+
+}  // namespace
+
+TerminalFacts terminal_facts() {
+  TerminalFacts f;
+  f.stderr_tty = isatty(STDERR_FILENO) == 1;
+  if (f.stderr_tty) f.columns = terminal_columns(STDERR_FILENO);
+  const std::string parent = "/proc/" + std::to_string(getppid());
+  if (std::ifstream comm(parent + "/comm"); comm) std::getline(comm, f.parent_comm);
+  f.parent_stderr = read_link(parent + "/fd/2");
+  if (!f.stderr_tty && is_mpi_launcher(f.parent_comm) && is_terminal_path(f.parent_stderr)) {
+    // The width of the terminal mpirun writes to, through its stderr.
+    const int fd = open((parent + "/fd/2").c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      f.columns = terminal_columns(fd);
+      close(fd);
+    }
+  }
+  return f;
+}
+
+bool progress_is_live(ProgressOutput output, const TerminalFacts& facts) {
+  switch (output) {
+    case ProgressOutput::kLive:
+      return true;
+    case ProgressOutput::kLines:
+      return false;
+    case ProgressOutput::kAuto:
+      break;
+  }
+  if (facts.stderr_tty) return true;
+  return is_mpi_launcher(facts.parent_comm) && is_terminal_path(facts.parent_stderr);
+}
+
+Progress::Progress(std::int64_t total_steps, std::int64_t every_steps, bool quiet,
+                   ProgressOutput output)
+    : Progress(total_steps, every_steps, quiet, output,
+               !quiet && output != ProgressOutput::kLines ? terminal_facts() : TerminalFacts{}) {}
+
+Progress::Progress(std::int64_t total_steps, std::int64_t every_steps, bool quiet,
+                   ProgressOutput output, const TerminalFacts& facts)
+    : m_total(total_steps),
+      m_every(std::max<std::int64_t>(1, every_steps)),
+      m_live(progress_is_live(output, facts)),
+      m_quiet(quiet),
+      m_columns(facts.columns) {}
 
 void Progress::update(std::int64_t step, double epoch, double loss, double examples_per_s,
                       double elapsed_s) {
@@ -168,35 +259,36 @@ void Progress::update(std::int64_t step, double epoch, double loss, double examp
   const double frac = m_total > 0 ? static_cast<double>(step) / static_cast<double>(m_total) : 0.0;
   const double eta = frac > 0.0 ? elapsed_s * (1.0 - frac) / frac : 0.0;
   char line[256];
-  std::snprintf(line, sizeof(line),
-                "step %lld/%lld (%.1f%%)  epoch %.2f  loss %.4f  %.0f ex/s  elapsed %.0fs  eta %.0fs",
-                static_cast<long long>(step), static_cast<long long>(m_total), 100.0 * frac, epoch,
-                loss, examples_per_s, elapsed_s, eta);
-  if (m_tty) {
+  if (m_live) {
     // Redraw at most ~10 times a second; the last step always.
-    if (step != m_total && elapsed_s - m_last_draw_s < 0.1) return;
+    if (step != m_total && m_last_draw_s >= 0.0 && elapsed_s - m_last_draw_s < 0.1) return;
     m_last_draw_s = elapsed_s;
-    std::fprintf(stderr, "\r\033[K%s", line);
-    std::fflush(stderr);
-    m_line_open = true;
+    std::snprintf(line, sizeof(line),
+                  "step %lld/%lld %3.0f%%  epoch %.2f  loss %.4f  %.0f ex/s  elapsed %s  eta %s",
+                  static_cast<long long>(step), static_cast<long long>(m_total), 100.0 * frac,
+                  epoch, loss, examples_per_s, duration(elapsed_s).c_str(), duration(eta).c_str());
+    std::string text(line);
+    // One row, or "\r" would go back to the start of its last row only.
+    if (m_columns > 1 && text.size() >= static_cast<std::size_t>(m_columns)) {
+      text.resize(static_cast<std::size_t>(m_columns - 1));
+    }
+    draw_status_line(text);
   } else if (step % m_every == 0 || step == m_total) {
+    std::snprintf(
+        line, sizeof(line),
+        "step %lld/%lld (%.1f%%)  epoch %.2f  loss %.4f  %.0f ex/s  elapsed %.0fs  eta %.0fs",
+        static_cast<long long>(step), static_cast<long long>(m_total), 100.0 * frac, epoch, loss,
+        examples_per_s, elapsed_s, eta);
     spdlog::info("{}", line);
   }
 }
 
-void Progress::note(const std::string& line) {
-  if (m_line_open) {
-    std::fprintf(stderr, "\r\033[K");
-    m_line_open = false;
-  }
-  spdlog::info("{}", line);
-}
+// Log messages erase the live line themselves (common/log.cpp); the next
+// update draws it again below the note.
+void Progress::note(const std::string& line) { spdlog::info("{}", line); }
 
 void Progress::finish() {
-  if (m_line_open) {
-    std::fprintf(stderr, "\n");
-    m_line_open = false;
-  }
+  if (m_live) end_status_line();
 }
 
 }  // namespace syncopt::metrics

@@ -64,20 +64,47 @@ void write_floats(const std::filesystem::path& path, const std::vector<float>& v
 // p-th percentile (0..100) by linear interpolation; 0 for an empty vector.
 double percentile(std::vector<double> values, double p);
 
-// One line that refreshes in place on a TTY ("\r"), or one log line every
-// `every_steps` steps into a file/pipe; finish() ends the line.
+// Where rank 0's progress goes: one live line that refreshes in place
+// (steps, epoch, loss, examples/s, ETA), or a log line every N steps.
+// run.progress: "auto" (live when a person watches a terminal), "live",
+// "lines".
+enum class ProgressOutput { kAuto, kLive, kLines };
+ProgressOutput parse_progress_output(const std::string& name);  // ConfigError on others
+
+// What decides "auto", read once from the process and /proc.
+struct TerminalFacts {
+  bool stderr_tty = false;    // our own stderr is a terminal
+  std::string parent_comm;    // /proc/<ppid>/comm: "mpirun", "orted", "bash", ...
+  std::string parent_stderr;  // where the parent's stderr points (/proc/<ppid>/fd/2)
+  int columns = 0;            // the terminal's width, 0 if unknown
+};
+TerminalFacts terminal_facts();
+
+// Live when asked, never when "lines"; on "auto", when our stderr is a
+// terminal, or when the parent is Open MPI's launcher (mpirun on its own node,
+// orted elsewhere), whose stderr, where it copies ours, is a terminal
+// (/dev/pts/*, /dev/tty*, /dev/console). Under mpirun a rank's stderr is a
+// pipe even when the user's terminal is mpirun's. A SLURM batch job has no
+// terminal on either, so it gets lines; `srun --pty` and mpirun inside
+// `salloc` at a terminal are live.
+bool progress_is_live(ProgressOutput output, const TerminalFacts& facts);
+
 class Progress {
  public:
-  Progress(std::int64_t total_steps, std::int64_t every_steps, bool quiet);
+  Progress(std::int64_t total_steps, std::int64_t every_steps, bool quiet,
+           ProgressOutput output = ProgressOutput::kAuto);
+  Progress(std::int64_t total_steps, std::int64_t every_steps, bool quiet, ProgressOutput output,
+           const TerminalFacts& facts);
   void update(std::int64_t step, double epoch, double loss, double examples_per_s,
               double elapsed_s);
   void note(const std::string& line);  // a permanent line (e.g. an eval result)
   void finish();
+  bool live() const { return m_live; }
 
  private:
   std::int64_t m_total, m_every;
-  bool m_tty, m_quiet;
-  bool m_line_open = false;
+  bool m_live, m_quiet;
+  int m_columns;
   double m_last_draw_s = -1.0;
 };
 

@@ -370,7 +370,8 @@ RoleOutcome run_role(Job& job, bool quiet) {
       job.resumed && job.resumed->has_part("shard0") ? &job.resumed->part("shard0") : nullptr;
   job.clock.restart(s0 != nullptr ? s0->get<double>("wall_s") : 0.0);
   metrics::Progress progress(static_cast<std::int64_t>(job.plan.total_steps),
-                             job.cfg.run.progress_every_steps, quiet || job.rank != 0);
+                             job.cfg.run.progress_every_steps, quiet || job.rank != 0,
+                             metrics::parse_progress_output(job.cfg.run.progress));
   RoleOutcome out;
   if (!job.ps_mode()) {
     out = run_allreduce_role(job, progress);

@@ -175,8 +175,9 @@ std::uint64_t LocalTrainer::open_outputs() {
                "({:.2f} epochs)",
                m_spec.name, m_layout.count, m_backend->name(), m_cfg.compute.threads, m_batch,
                m_plan.total_steps, m_sched.total_epochs);
-  m_progress = std::make_unique<metrics::Progress>(static_cast<std::int64_t>(m_plan.total_steps),
-                                                   m_cfg.run.progress_every_steps, m_quiet);
+  m_progress = std::make_unique<metrics::Progress>(
+      static_cast<std::int64_t>(m_plan.total_steps), m_cfg.run.progress_every_steps, m_quiet,
+      metrics::parse_progress_output(m_cfg.run.progress));
   m_clock.restart(wall_s);
   m_last_checkpoint_s = wall_s;
   return m_step + 1;

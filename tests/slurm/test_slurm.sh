@@ -8,7 +8,11 @@
 #
 # jobs:    (a) train.sbatch from the repository root; (b) with sbatch -D from
 #          elsewhere, script path absolute and relative; (c) a rank killed
-#          with kill -9 ends the step quickly, no orphans; (d) a 2-line sweep
+#          with kill -9 ends the step quickly, no orphans; (g) the same kill
+#          with SYNCOPT_LAUNCHER=mpirun (mpirun --enable-recovery in the
+#          allocation) is absorbed: the run completes without that worker;
+#          (h) srun --kill-on-bad-exit=0 still loses the step (Slurm's pmix
+#          plugin cancels it; recorded, must not hang); (d) a 2-line sweep
 #          as an array job; (f) the requeue plumbing of train.sbatch
 #          (B:USR1 trap, exit 75, scontrol requeue, run.resume on restart)
 #          with tests/slurm/stub-syncopt.sh standing in for the trainer.
@@ -35,7 +39,9 @@ if [ ! -x "$BIN" ]; then
   exit 1
 fi
 
-can_checkpoint() { "$BIN" train --help 2>/dev/null | grep -q checkpoint_every; }
+# Not `--help | grep -q`: grep exits at the first match, syncopt then dies of
+# SIGPIPE, and pipefail turns the match into a failure (the scenario skipped).
+can_checkpoint() { grep -q checkpoint_every <<<"$("$BIN" train --help 2>/dev/null)"; }
 SKIP_E="the trainer cannot checkpoint on SIGUSR1 and exit 75 yet (no checkpoint_every in \`syncopt train --help\`)"
 
 if [ "$WHAT" = requeue ] && ! can_checkpoint; then
@@ -155,10 +161,12 @@ job_pids() {
     tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_JOB_ID=$1" && echo "${p#/proc/}"
   done
 }
-rank_pid() {  # rank_pid JOBID RANK
+# srun gives each task SLURM_PROCID; mpirun inside the allocation gives its
+# ranks OMPI_COMM_WORLD_RANK (they all inherit the batch shell's SLURM_PROCID=0).
+rank_pid() {  # rank_pid JOBID RANK [VARIABLE]
   local p
   for p in $(job_pids "$1" syncopt); do
-    tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "SLURM_PROCID=$2" && echo "$p"
+    tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "${3:-SLURM_PROCID}=$2" && echo "$p"
   done
 }
 
@@ -192,6 +200,9 @@ run_jobs() {
   dir=$REPO/runs/smoke-$j out=$REPO/syncopt-$j.out
   if [ "$state" = COMPLETED ] && [ "$code" = 0:0 ]; then
     check_run "$dir" sync
+    # A batch job has no terminal: progress as log lines, never the live line.
+    grep -q 'info: step [0-9]*/[0-9]* (' "$out" || fail "(a) no progress lines in the job log"
+    if grep -q $'\033\[K' "$out"; then fail "(a) the live progress line went into the job log"; fi
     # Created by this job (a run directory is never overwritten), so ours to remove.
     cleanup_paths+=("$dir" "$out")
   else
@@ -265,6 +276,59 @@ run_jobs() {
     [ -n "$left" ] && fail "(c) processes of job $j still alive 10 s after it ended: $left"
   fi
 
+  # (g) The same kill -9 with SYNCOPT_LAUNCHER=mpirun: train.sbatch runs
+  # mpirun --enable-recovery inside the allocation, the shard excludes the
+  # dead worker after cluster.dead_after_s and, b = 1, the run completes.
+  # (h) Under srun, --kill-on-bad-exit=0 does not help: Slurm's pmix plugin
+  # cancels the step when a task dies (recorded, not required: a Slurm that
+  # absorbs it would pass too). Neither may hang.
+  local how launcher var env_args
+  for how in g h; do
+    if [ $how = g ]; then
+      launcher=mpirun var=OMPI_COMM_WORLD_RANK
+      env_args=(SYNCOPT_LAUNCHER=mpirun OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+    else
+      launcher="srun --kill-on-bad-exit=0" var=SLURM_PROCID
+      env_args=(SYNCOPT_KILL_ON_BAD_EXIT=0)
+    fi
+    mkdir -p "$WORK/$how"
+    j=$(cd "$REPO" && env "${env_args[@]}" sbatch --parsable -D "$WORK/$how" --ntasks=4 --overcommit \
+      scripts/slurm/train.sbatch "${FAST[@]}" --set train.steps=3000 --set stragglers.model=fixed \
+      --set stragglers.mean_ms=5 --set cluster.dead_after_s=3)
+    victim="" t_wait=$SECONDS
+    while ((SECONDS - t_wait < 60)); do
+      if [ -s "$WORK/$how/runs/smoke-$j/steps.jsonl" ] && [ "$(job_pids "$j" syncopt | wc -l)" -eq 4 ]; then
+        victim=$(rank_pid "$j" 2 "$var")
+        [ -n "$victim" ] && break
+      fi
+      sleep 0.2
+    done
+    if [ -z "$victim" ]; then
+      fail "($how) job $j: rank 2 never found training"
+      scancel --full "$j"
+      record "($how) kill -9 of rank 2, $launcher" "-" "-" "-" "job $j: no rank to kill"
+      continue
+    fi
+    t=$(now)
+    kill -9 "$victim"
+    res=$(wait_job "$j" 90)
+    read -r state code <<<"$res"
+    secs=$(since "$t")
+    local summary=$WORK/$how/runs/smoke-$j/summary.json verdict
+    verdict=$(python3 -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+print(s["status"], s["exit_code"], s["steps"], "lost ranks", [w["rank"] for w in s["lost_workers"]])' "$summary" 2>/dev/null) ||
+      verdict="no summary.json"
+    record "($how) kill -9 of rank 2, $launcher" "$state" "$code" "$secs" "job $j; $verdict"
+    if [ $how = g ]; then
+      [ "$state" = COMPLETED ] && [ "$code" = 0:0 ] || fail "(g) job $j: $state $code, expected COMPLETED 0:0 (absorbed)"
+      [ "$verdict" = "completed 0 3000 lost ranks [2]" ] || fail "(g) summary: $verdict"
+      grep -q "mpirun -np 4 --enable-recovery" "$WORK/g/syncopt-$j.out" || fail "(g) train.sbatch did not run mpirun --enable-recovery"
+    else
+      [ "$state" = TIMEOUT ] && fail "(h) job $j did not end"
+    fi
+  done
+
   # (d) A sweep of two lines as one array job: sync and async.
   local sweep=$WORK/two.txt
   cat >"$sweep" <<EOF
@@ -337,11 +401,39 @@ run_requeue() {
     cat "$out" 2>/dev/null
     return 1
   fi
+  # What each attempt did, from the job log (appended to by every attempt).
+  grep -E 'train.sbatch: (job|SIGUSR1|.*exit_code|run stopped)|stopping at step|resuming from' "$out" |
+    sed 's/^/    /'
   grep -q "exit_code in .* is 75" "$out" || fail "(e) no attempt ended with the run's exit code 75"
+  grep -q "SIGUSR1 received" "$out" || fail "(e) SLURM's B:USR1 never reached the batch shell"
+  grep -q "stopping at step .* on SIGUSR1: saving a checkpoint" "$out" || fail "(e) the trainer did not stop on SIGUSR1"
   grep -q 'run.resume=true' "$out" || fail "(e) no attempt resumed"
-  check_run "$WORK/e/runs/smoke-$j" sync
-  python3 -c "import json,sys; s=json.load(open(sys.argv[1])); sys.exit(s.get('steps')!=$steps)" \
-    "$WORK/e/runs/smoke-$j/summary.json" || fail "(e) the resumed run did not reach step $steps"
+  grep -q "resuming from the checkpoint at step" "$out" || fail "(e) the restart did not resume from a checkpoint"
+  local run=$WORK/e/runs/smoke-$j
+  check_run "$run" sync
+  # The records of the whole run: every update once (what an attempt wrote
+  # after its last checkpoint is cut on resume), evaluations in order.
+  python3 - "$run" "$steps" <<'PY' || fail "(e) the records of $run: see above"
+import json, sys
+run, n = sys.argv[1], int(sys.argv[2])
+s = json.load(open(f"{run}/summary.json"))
+steps = [json.loads(l)["step"] for l in open(f"{run}/steps.jsonl") if l.strip()]
+evals = [json.loads(l)["step"] for l in open(f"{run}/eval.jsonl") if l.strip()]
+problems = []
+if s.get("steps") != n:
+    problems.append(f"summary steps {s.get('steps')}, expected {n}")
+if sorted(steps) != list(range(1, n + 1)):
+    dup = len(steps) - len(set(steps))
+    missing = sorted(set(range(1, n + 1)) - set(steps))[:5]
+    problems.append(f"steps.jsonl: {len(steps)} records, {dup} duplicated, missing {missing}")
+if evals != sorted(set(evals)):
+    problems.append(f"eval.jsonl steps not increasing once each: {evals}")
+print(f"    records: {len(steps)} updates, each once; evaluations at {evals}")
+if problems:
+    print("   ", "; ".join(problems))
+    sys.exit(1)
+PY
+  "$BIN" checkpoints "$run" >"$WORK/e/ck.log" 2>&1 || fail "(e) the latest checkpoint does not load: $(cat "$WORK/e/ck.log")"
 }
 
 rc=0
