@@ -130,19 +130,30 @@ def plot_single(plt, run, out, dpi):
     return written
 
 
+def plain_log_ticks(ax):
+    """Log axes labelled 0.05, 0.1, 2 rather than 5x10^-2."""
+    from matplotlib.ticker import FormatStrFormatter
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+
+
 def plot_compare(plt, runs, out, ema, dpi, labels):
     written = []
     which = "EMA of theta" if ema else "theta"
+    # One colour per run in every figure, whichever figures a run is in.
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {id(r): cycle[i % len(cycle)] for i, r in enumerate(runs)}
 
     with_evals = [(r, lab) for r, lab in zip(runs, labels) if r.eval_series(ema)]
     if with_evals:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
         for r, lab in with_evals:
             series = r.eval_series(ema)
-            line, = a1.plot([t for _, t, _ in series], [100 * a for _, _, a in series], ".-",
-                            label=lab)
+            a1.plot([t for _, t, _ in series], [100 * a for _, _, a in series], ".-",
+                    color=colors[id(r)], label=lab)
             a2.plot([s for s, _, _ in series], [100 * a for _, _, a in series], ".-",
-                    color=line.get_color(), label=lab)
+                    color=colors[id(r)], label=lab)
         a1.set_xlabel(time_axis_label([r for r, _ in with_evals]))
         a2.set_xlabel("steps (updates at shard 0)")
         lo = min(100 * a for r, _ in with_evals for _, _, a in r.eval_series(ema))
@@ -164,7 +175,8 @@ def plot_compare(plt, runs, out, ema, dpi, labels):
         if not xs:
             continue
         any_steps = True
-        ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=lab)
+        ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=lab,
+                color=colors[id(r)])
     if any_steps:
         ax.set_xscale("log")
         ax.set_xlabel(f"seconds per update at shard 0 ({time_axis_label(runs)[:-4].strip()})")
@@ -183,14 +195,15 @@ def plot_compare(plt, runs, out, ema, dpi, labels):
             ks = sorted(pk)
             fr = [k / k_max for k in ks]
             marker = "o" if k_max <= 12 else None
-            line, = a1.plot(fr, [statistics.fmean(pk[k]) for k in ks], marker=marker,
-                            label=lab)
+            a1.plot(fr, [statistics.fmean(pk[k]) for k in ks], marker=marker,
+                    color=colors[id(r)], label=lab)
             a2.plot(fr, [statistics.median(pk[k]) for k in ks], marker=marker,
-                    color=line.get_color(), label=lab)
+                    color=colors[id(r)], label=lab)
         for ax, what in ((a1, "mean"), (a2, "median")):
             ax.set_xlabel("k / K (the k-th of K gradients of a step)")
             ax.set_ylabel(f"{what} time to the k-th gradient (s)")
             ax.set_yscale("log")
+            plain_log_ticks(ax)
             ax.grid(alpha=0.3, which="both")
         a1.legend(fontsize=7)
         save(fig, os.path.join(out, "compare_kth.png"), written, dpi)

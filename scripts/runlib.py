@@ -175,6 +175,12 @@ class Run:
         """Training time on the run's clock: the last update's t_apply."""
         return self.shard0[-1]["t_apply"] if self.shard0 else None
 
+    def s_per_epoch(self):
+        """Seconds on the run's clock per epoch of accepted examples (the
+        training span over summary.json's epochs)."""
+        epochs, span = self.summary.get("epochs"), self.span_s()
+        return span / epochs if epochs and span else None
+
     def kth_times(self):
         """{k: [seconds from a version's start to its k-th gradient]} (k from
         1), from shard 0's records; {} in modes without versions. A gradient

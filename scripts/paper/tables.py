@@ -140,6 +140,7 @@ def adaptive_summary(runs, target, ema):
         groups[run.cfg("stragglers", "model", "none")][str(run.b)].append({
             "run": run.name, "seed": run.cfg("run", "seed"), "time_s": t, "step": step,
             "lower_bound_s": run.span_s() if t is None else None, "mean_n": run.mean_n(),
+            "s_per_epoch": run.s_per_epoch(),
             "workers": run.workers})
     out = {}
     for model, by_b in sorted(groups.items()):
@@ -154,6 +155,8 @@ def adaptive_summary(runs, target, ema):
                 "steps": statistics.fmean(steps) if steps else None,
                 "mean_n": statistics.fmean(r["mean_n"] for r in rs if r["mean_n"] is not None)
                 if any(r["mean_n"] is not None for r in rs) else None,
+                "s_per_epoch": statistics.fmean(r["s_per_epoch"] for r in rs)
+                if all(r["s_per_epoch"] is not None for r in rs) else None,
                 "seeds": len(rs), "runs": [r["run"] for r in rs]}
         fixed = {b: e for b, e in entries.items() if b != "auto" and e["time_s"] is not None}
         res = {"entries": entries}
@@ -170,6 +173,12 @@ def adaptive_summary(runs, target, ema):
                 res["auto_over_worst"] = auto["time_s"] / fixed[worst]["time_s"]
                 res["within_5pct_of_best"] = (not auto["lower_bound"] and
                                               res["auto_over_best"] <= 1.05)
+            # The noise-free factor of the time to target: seconds per epoch.
+            per = {b: e["s_per_epoch"] for b, e in fixed.items() if e["s_per_epoch"]}
+            if per and auto and auto.get("s_per_epoch"):
+                fastest = min(per, key=per.get)
+                res["fastest_epoch_b"] = fastest
+                res["auto_epoch_over_fastest"] = auto["s_per_epoch"] / per[fastest]
         out[model] = res
     return out
 
@@ -191,13 +200,15 @@ def cmd_adaptive(args):
             cell = ("> " if e["lower_bound"] else "") + fmt_s(t, 2) if t is not None else "–"
             per_seed = ", ".join(fmt_s(x, 2) if x is not None else "n/r" for x in e["times_s"])
             ratio = f"{t / res['best_s']:.3f}" if t is not None and "best_s" in res else "–"
+            spe = fmt_s(e["s_per_epoch"], 2) if e["s_per_epoch"] else "–"
             mark = " (best)" if b == res.get("best_b") else " (worst)" if b == res.get(
                 "worst_b") else ""
             rows.append([b + mark, fmt_s(e["mean_n"], 2) if e["mean_n"] is not None else "–",
-                         cell, per_seed, fmt_s(e["steps"], 0) if e["steps"] else "–", ratio])
+                         cell, per_seed, fmt_s(e["steps"], 0) if e["steps"] else "–", ratio, spe])
         parts.append(f"**stragglers.model = {model}**\n\n" +
                      table(["b", "mean N", "time to target (s)", "per seed (s)",
-                            "updates to target", "time / best fixed b"], rows))
+                            "updates to target", "time / best fixed b", "s per epoch"],
+                           rows))
         if "auto_over_best" in res:
             verdict = "yes" if res["within_5pct_of_best"] else "**NO**"
             worse = ">= " if res["worst_is_lower_bound"] else ""
@@ -206,6 +217,9 @@ def cmd_adaptive(args):
                 f"auto / best fixed b (b = {res['best_b']}): **{res['auto_over_best']:.3f}**; "
                 f"within 5 %: {verdict}. auto / worst fixed b (b = {res['worst_b']}): "
                 f"{res['auto_over_worst']:.3f} (auto {worse}{100 * gain:.0f} % faster).")
+            if "auto_epoch_over_fastest" in res:
+                parts[-1] += (f" Seconds per epoch, auto / fastest fixed b (b = "
+                              f"{res['fastest_epoch_b']}): {res['auto_epoch_over_fastest']:.3f}.")
         else:
             parts.append("auto: no time to the target (not run, or never reached).")
     print("\n\n".join(parts))
