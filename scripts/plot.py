@@ -132,9 +132,11 @@ def plot_single(plt, run, out, dpi):
 
 def plain_log_ticks(ax):
     """Log axes labelled 0.05, 0.1, 2 rather than 5x10^-2."""
-    from matplotlib.ticker import FormatStrFormatter
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-    ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+    lo, hi = ax.get_ylim()
+    # Minor labels only where there are few decades to label, or they collide.
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%g") if hi < 10 * lo else NullFormatter())
     ax.tick_params(axis="y", which="minor", labelsize=7)
 
 

@@ -159,6 +159,14 @@ class Run:
                 return t, step
         return None
 
+    def epoch_at(self, step):
+        """Epochs of accepted examples when `step` was evaluated (eval.jsonl's
+        epoch), or None."""
+        for e in self.evals:
+            if e["step"] == step and "epoch" in e:
+                return e["epoch"]
+        return None
+
     def step_times(self):
         """Seconds of every update at shard 0: t_apply - t_start (the next
         step starts at t_apply in sync modes; in async modes t_start is the

@@ -11,6 +11,7 @@
 #   scripts/paper/sync_vs_async.sh --full --no-run --runs runs   after
 #       sbatch --array=0-8 --ntasks=7 scripts/slurm/sweep.sbatch configs/sweeps/paper-sync-vs-async.txt
 #   --out DIR (default runs/paper/sync-vs-async, runs/paper-full/sync-vs-async)
+#   SEEDS=2-2 scripts/paper/sync_vs_async.sh --out runs/paper/sync-vs-async-s2   another seed
 #
 # Wall clock (async has no virtual clock): run it when the machine is quiet.
 # The load average at the start and end goes into OUT/logs/load.txt and the
@@ -19,11 +20,10 @@ source "$(dirname "$0")/common.sh"
 paper_options sync-vs-async "$@"
 
 sweep=configs/sweeps/paper-sync-vs-async.txt
-if ((FULL)); then
-  regex=. extra=()
-else
-  regex='-s1$' extra=(--set train.epochs=8)
-fi
+# SEEDS=LO-HI: the seeds to run (default 1 small, 1-3 full).
+if ((FULL)); then seeds=${SEEDS:-1-3} extra=(); else seeds=${SEEDS:-1-1} extra=(--set train.epochs=8); fi
+[[ $seeds =~ ^([0-9]+)-([0-9]+)$ ]] || die "SEEDS=$seeds: write LO-HI, e.g. 1-3" 64
+regex="-s($(seq -s '|' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"))\$"
 ((DO_RUN)) && run_sweep "$sweep" "$regex" "${extra[@]}"
 runs=()
 for name in $(sweep_names "$sweep" | grep -E -- "$regex"); do

@@ -86,7 +86,8 @@ def tta_cell(run, target, ema):
     if t is None:
         span = run.span_s()
         return f"> {fmt_s(span, 1)} s (not reached)" if span is not None else "not reached"
-    return f"{fmt_s(t, 1)} s (step {step})"
+    epoch = run.epoch_at(step)
+    return f"{fmt_s(t, 1)} s (step {step}" + (f", {epoch:.2f} ep.)" if epoch is not None else ")")
 
 
 def final_acc(run, ema):
