@@ -3,7 +3,7 @@
 # (flat for most k, a long tail for the last few), real and simulated.
 #
 #   scripts/paper/fig3.sh            real runs at K = 5, 6, 7 (300 steps each) and
-#                                    K = 100 simulated (500 steps): ~3 minutes here
+#                                    K = 100 simulated (500 steps): ~1-3 minutes here
 #   scripts/paper/fig3.sh --full     2000 steps each, and a real K = 100 run
 #                                    (configs/sweeps/paper-fig3.txt, 101 ranks: a cluster)
 #   scripts/paper/fig3.sh --full --no-run --runs runs   the tables and plots only, e.g. after
@@ -42,8 +42,8 @@ runs+=("$RUNS/fig3-k100-sim")
 {
   echo "# Figure 3: time to the k-th of K gradients of a step"
   echo
-  echo "Real runs: configs/paper/fig3.toml, $steps steps (wall clock; load average: $(head -n1 "$OUT/logs/load.txt" | cut -d: -f2))."
-  echo "Simulated: configs/paper/fig3-k100-sim.toml, $sim_steps steps."
+  echo "Real runs: configs/paper/fig3.toml (wall clock; $(head -n1 "$OUT/logs/load.txt"))."
+  echo "Simulated: configs/paper/fig3-k100-sim.toml. Each table gives its run's steps."
   echo
   "$PYTHON" scripts/paper/tables.py kth "${runs[@]}"
 } >"$OUT/tables.md" || die "tables.py failed" 70

@@ -6,7 +6,7 @@
 # I(N) (137.5k updates at N = 50, 76.2k at N = 100).
 #
 #   scripts/paper/nb_tradeoff.sh          K = 6, N = 2..6 on the virtual clock, the CNN on
-#                                         Fashion-MNIST, 0.75 epoch each (~7 minutes here)
+#                                         Fashion-MNIST, 0.75 epoch each (~4 minutes here)
 #   scripts/paper/nb_tradeoff.sh --full   K = 24, N = 4..24, 3 epochs (configs/sweeps/paper-nb-tradeoff.txt)
 #   scripts/paper/nb_tradeoff.sh --full --no-run --runs runs   after
 #       sbatch --array=0-6 --ntasks=25 scripts/slurm/sweep.sbatch configs/sweeps/paper-nb-tradeoff.txt
