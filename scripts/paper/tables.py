@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""The result tables of docs/paper.md, as Markdown, from run directories.
+
+    tables.py kth RUN...                      time to the k-th gradient (Fig. 3)
+    tables.py tta RUN... --targets 0.9,0.91   time and updates to target test accuracies
+    tables.py nb RUN... --target 0.85         the N/b trade-off: updates to a target, s per update
+    tables.py adaptive RUN... --target 0.85   fixed b against b = auto, per straggler model
+                                              (--json FILE: the same numbers for scripts and tests)
+
+Accuracies are of the EMA of theta (theta-bar) unless --theta. Times are on
+each run's own clock (wall, virtual or simulated; scripts/runlib.py says how
+an evaluation's time is found on each). "Time to X" is the time of the first
+evaluation at or above X, so it is only as fine as eval.every_steps /
+eval.every_s; a run that never got there shows "> its last update's time",
+a lower bound.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import runlib  # noqa: E402
+
+
+def fmt_s(x, digits=3):
+    if x is None:
+        return "–"
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.{digits}f}"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def kth_ks(k_max):
+    """The k shown for K workers: all of them up to 12, else a spread that
+    keeps the last few, where the tail is."""
+    if k_max <= 12:
+        return list(range(1, k_max + 1))
+    picks = {1, k_max // 4, k_max // 2, (3 * k_max) // 4, (9 * k_max) // 10}
+    picks.update(range(max(1, k_max - 5), k_max + 1))
+    return sorted(p for p in picks if p >= 1)
+
+
+def cmd_kth(args):
+    parts = []
+    for run in runlib.load_runs(args.runs):
+        per_k = run.kth_times()
+        if not per_k:
+            parts.append(f"**{run.label()}**: no time to the k-th gradient in mode {run.mode}.")
+            continue
+        k_max = max(per_k)
+        base = statistics.median(per_k[1])
+        rows = []
+        for k in kth_ks(k_max):
+            xs = per_k.get(k, [])
+            if not xs:
+                continue
+            med = statistics.median(xs)
+            rows.append([k, len(xs), fmt_s(statistics.fmean(xs)), fmt_s(med),
+                         fmt_s(runlib.quantile(xs, 0.9)), fmt_s(max(xs)),
+                         f"{med / base:.2f}" if base > 0 else "–"])
+        parts.append(f"**{run.label()}** ({run.clock} clock, {len(per_k[1])} steps)\n\n" +
+                     table(["k", "steps", "mean (s)", "median (s)", "p90 (s)", "max (s)",
+                            "median / median of k=1"], rows))
+    print("\n\n".join(parts))
+
+
+def reached(run, target, ema):
+    """(time, step) or (None, None)."""
+    got = run.time_to_accuracy(target, ema)
+    return got if got is not None else (None, None)
+
+
+def tta_cell(run, target, ema):
+    t, step = reached(run, target, ema)
+    if t is None:
+        span = run.span_s()
+        return f"> {fmt_s(span, 1)} s (not reached)" if span is not None else "not reached"
+    epoch = run.epoch_at(step)
+    return f"{fmt_s(t, 1)} s (step {step}" + (f", {epoch:.2f} ep.)" if epoch is not None else ")")
+
+
+def final_acc(run, ema):
+    series = run.eval_series(ema)
+    return f"{100 * series[-1][2]:.2f} %" if series else "–"
+
+
+def cmd_tta(args):
+    ema = not args.theta
+    targets = [float(x) for x in args.targets.split(",")]
+    header = ["run", "clock"] + [f"time to {100 * t:g} %" for t in targets] + \
+        ["final acc.", "updates", "training time (s)", "s per update (p50)"]
+    rows = []
+    for run in runlib.load_runs(args.runs):
+        st = run.step_times()
+        rows.append([run.label(), run.clock] + [tta_cell(run, t, ema) for t in targets] +
+                    [final_acc(run, ema), len(run.shard0), fmt_s(run.span_s(), 1),
+                     fmt_s(statistics.median(st), 4) if st else "–"])
+    which = "theta" if args.theta else "the EMA of theta"
+    print(f"Test accuracy of {which}.\n\n" + table(header, rows))
+
+
+def cmd_nb(args):
+    ema = not args.theta
+    rows = []
+    for run in sorted(runlib.load_runs(args.runs), key=lambda r: (r.n or 0)):
+        if run.mode != "sync":
+            continue
+        t, step = reached(run, args.target, ema)
+        per = run.mean_step_s()
+        rows.append([run.n, run.b, step if step is not None else f"> {len(run.shard0)}",
+                     fmt_s(per, 4), fmt_s(t, 1) if t is not None else
+                     f"> {fmt_s(run.span_s(), 1)}", f"{step * per:.1f}" if step and per else "–",
+                     run.name])
+    print(f"Target: {100 * args.target:g} % test accuracy of "
+          f"{'theta' if args.theta else 'the EMA of theta'}.\n\n" +
+          table(["N", "b", "updates to target I(N)", "s per update T(N, b)",
+                 "time to target (s)", "I x T (s)", "run"], rows))
+
+
+def adaptive_summary(runs, target, ema):
+    """Per straggler model: every fixed b and auto, time to target averaged
+    over seeds (a run that never reached it counts with its last update's
+    time and makes the entry a lower bound), the best and worst fixed b and
+    auto's ratio to each."""
+    groups = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        if run.mode != "sync":
+            continue
+        t, step = reached(run, target, ema)
+        groups[run.cfg("stragglers", "model", "none")][str(run.b)].append({
+            "run": run.name, "seed": run.cfg("run", "seed"), "time_s": t, "step": step,
+            "lower_bound_s": run.span_s() if t is None else None, "mean_n": run.mean_n(),
+            "s_per_epoch": run.s_per_epoch(),
+            "workers": run.workers})
+    out = {}
+    for model, by_b in sorted(groups.items()):
+        entries = {}
+        for b, rs in by_b.items():
+            times = [r["time_s"] if r["time_s"] is not None else r["lower_bound_s"] for r in rs]
+            steps = [r["step"] for r in rs if r["step"] is not None]
+            entries[b] = {
+                "time_s": statistics.fmean(times) if all(x is not None for x in times) else None,
+                "lower_bound": any(r["time_s"] is None for r in rs),
+                "times_s": [r["time_s"] for r in rs],
+                "steps": statistics.fmean(steps) if steps else None,
+                "mean_n": statistics.fmean(r["mean_n"] for r in rs if r["mean_n"] is not None)
+                if any(r["mean_n"] is not None for r in rs) else None,
+                "s_per_epoch": statistics.fmean(r["s_per_epoch"] for r in rs)
+                if all(r["s_per_epoch"] is not None for r in rs) else None,
+                "seeds": len(rs), "runs": [r["run"] for r in rs]}
+        fixed = {b: e for b, e in entries.items() if b != "auto" and e["time_s"] is not None}
+        res = {"entries": entries}
+        if fixed:
+            best = min(fixed, key=lambda b: fixed[b]["time_s"])
+            worst = max(fixed, key=lambda b: fixed[b]["time_s"])
+            res.update(best_b=best, worst_b=worst, best_s=fixed[best]["time_s"],
+                       worst_s=fixed[worst]["time_s"],
+                       worst_is_lower_bound=fixed[worst]["lower_bound"])
+            auto = entries.get("auto")
+            if auto and auto["time_s"] is not None:
+                res["auto_s"] = auto["time_s"]
+                res["auto_over_best"] = auto["time_s"] / fixed[best]["time_s"]
+                res["auto_over_worst"] = auto["time_s"] / fixed[worst]["time_s"]
+                res["within_5pct_of_best"] = (not auto["lower_bound"] and
+                                              res["auto_over_best"] <= 1.05)
+            # The noise-free factor of the time to target: seconds per epoch.
+            per = {b: e["s_per_epoch"] for b, e in fixed.items() if e["s_per_epoch"]}
+            if per and auto and auto.get("s_per_epoch"):
+                fastest = min(per, key=per.get)
+                res["fastest_epoch_b"] = fastest
+                res["auto_epoch_over_fastest"] = auto["s_per_epoch"] / per[fastest]
+        out[model] = res
+    return out
+
+
+def cmd_adaptive(args):
+    ema = not args.theta
+    summary = adaptive_summary(runlib.load_runs(args.runs), args.target, ema)
+    parts = [f"Target: {100 * args.target:g} % test accuracy of "
+             f"{'theta' if args.theta else 'the EMA of theta'}; time on each run's clock, "
+             "mean over seeds; '>' marks a lower bound (some seed never got there)."]
+    for model, res in summary.items():
+        entries = res["entries"]
+        order = sorted((b for b in entries if b != "auto"), key=int) + \
+            (["auto"] if "auto" in entries else [])
+        rows = []
+        for b in order:
+            e = entries[b]
+            t = e["time_s"]
+            cell = ("> " if e["lower_bound"] else "") + fmt_s(t, 2) if t is not None else "–"
+            per_seed = ", ".join(fmt_s(x, 2) if x is not None else "n/r" for x in e["times_s"])
+            ratio = f"{t / res['best_s']:.3f}" if t is not None and "best_s" in res else "–"
+            spe = fmt_s(e["s_per_epoch"], 2) if e["s_per_epoch"] else "–"
+            mark = " (best)" if b == res.get("best_b") else " (worst)" if b == res.get(
+                "worst_b") else ""
+            rows.append([b + mark, fmt_s(e["mean_n"], 2) if e["mean_n"] is not None else "–",
+                         cell, per_seed, fmt_s(e["steps"], 0) if e["steps"] else "–", ratio, spe])
+        parts.append(f"**stragglers.model = {model}**\n\n" +
+                     table(["b", "mean N", "time to target (s)", "per seed (s)",
+                            "updates to target", "time / best fixed b", "s per epoch"],
+                           rows))
+        if "auto_over_best" in res:
+            verdict = "yes" if res["within_5pct_of_best"] else "**NO**"
+            worse = ">= " if res["worst_is_lower_bound"] else ""
+            gain = 1.0 - res["auto_over_worst"]
+            parts.append(
+                f"auto / best fixed b (b = {res['best_b']}): **{res['auto_over_best']:.3f}**; "
+                f"within 5 %: {verdict}. auto / worst fixed b (b = {res['worst_b']}): "
+                f"{res['auto_over_worst']:.3f} (auto {worse}{100 * gain:.0f} % faster).")
+            if "auto_epoch_over_fastest" in res:
+                parts[-1] += (f" Seconds per epoch, auto / fastest fixed b (b = "
+                              f"{res['fastest_epoch_b']}): {res['auto_epoch_over_fastest']:.3f}.")
+        else:
+            parts.append("auto: no time to the target (not run, or never reached).")
+    print("\n\n".join(parts))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1, sort_keys=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("kth", help="time to the k-th gradient of a step (Fig. 3)")
+    p.add_argument("runs", nargs="+")
+    p.set_defaults(fn=cmd_kth)
+    p = sub.add_parser("tta", help="time to target accuracies")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--targets", default="0.9,0.91,0.92")
+    p.add_argument("--theta", action="store_true", help="theta's accuracy, not its EMA's")
+    p.set_defaults(fn=cmd_tta)
+    p = sub.add_parser("nb", help="the N/b trade-off")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--target", type=float, required=True)
+    p.add_argument("--theta", action="store_true")
+    p.set_defaults(fn=cmd_nb)
+    p = sub.add_parser("adaptive", help="fixed b against b = auto")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--target", type=float, required=True)
+    p.add_argument("--theta", action="store_true")
+    p.add_argument("--json", help="also write the numbers as JSON here")
+    p.set_defaults(fn=cmd_adaptive)
+    args = ap.parse_args()
+    try:
+        args.fn(args)
+    except runlib.RunError as e:
+        sys.exit(f"tables.py: {e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""Reading syncopt run directories: the numbers that scripts/plot.py and the
+paper scripts (scripts/paper/) compute from them, in one place so that a
+table and a figure never disagree. Standard library only (tomllib: Python
+3.11+), so it runs with any python3 here, matplotlib or not.
+
+A run directory holds summary.json, steps.jsonl (one record per update per
+shard), eval.jsonl (test accuracy of theta and of its EMA) and config.toml;
+DESIGN.md section 8 has the fields.
+
+Time axis. A record's t_start and t_apply are on the run's own clock:
+real seconds for train.clock = "wall", modelled seconds for "virtual" (the
+straggler delays and compute times are drawn, not slept) and for `syncopt
+simulate` ("simulated"). eval.jsonl's wall_s is always real time, so on a
+virtual or simulated clock an evaluation's time is the t_apply of the update
+that made its step (step 0: time 0). See eval_series().
+"""
+import json
+import os
+import statistics
+import tomllib
+from collections import defaultdict
+
+MODELLED_CLOCKS = ("virtual", "simulated")
+# Modes whose updates wait for gradients of one version (time to the k-th
+# gradient is defined); in the others every gradient is its own update.
+VERSIONED_MODES = ("sync", "timeout")
+
+
+class RunError(Exception):
+    """A run directory that cannot be read; the message says which file and why."""
+
+
+def read_jsonl(path):
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise RunError(f"{path}:{n}: not a JSON record ({e})") from e
+    return out
+
+
+class Run:
+    """One run directory, read once."""
+
+    def __init__(self, path):
+        self.path = os.path.normpath(path)
+        self.name = os.path.basename(self.path)
+        summary = os.path.join(self.path, "summary.json")
+        if not os.path.exists(summary):
+            raise RunError(f"{summary} not found: give the directory of a finished run")
+        try:
+            with open(summary) as f:
+                self.summary = json.load(f)
+        except json.JSONDecodeError as e:
+            raise RunError(f"{summary}: not JSON ({e})") from e
+        steps = os.path.join(self.path, "steps.jsonl")
+        self.steps = read_jsonl(steps) if os.path.exists(steps) else []
+        self.shard0 = sorted((r for r in self.steps if r.get("shard", 0) == 0),
+                             key=lambda r: r["step"])
+        evals = os.path.join(self.path, "eval.jsonl")
+        self.evals = sorted(read_jsonl(evals), key=lambda e: e["step"]) \
+            if os.path.exists(evals) else []
+        config = os.path.join(self.path, "config.toml")
+        self.config = {}
+        if os.path.exists(config):
+            try:
+                with open(config, "rb") as f:
+                    self.config = tomllib.load(f)
+            except tomllib.TOMLDecodeError as e:
+                raise RunError(f"{config}: not TOML ({e})") from e
+
+    # What the run was.
+    def cfg(self, section, key, default=None):
+        return self.config.get(section, {}).get(key, default)
+
+    @property
+    def clock(self):
+        return self.summary.get("clock") or self.cfg("train", "clock", "wall")
+
+    @property
+    def mode(self):
+        return self.summary.get("mode", self.cfg("train", "mode", "?"))
+
+    @property
+    def workers(self):
+        return self.summary.get("workers")
+
+    @property
+    def adaptive(self):
+        return self.cfg("train", "backups") == "auto"
+
+    @property
+    def n(self):
+        return self.summary.get("N")
+
+    @property
+    def b(self):
+        return "auto" if self.adaptive else self.summary.get("b")
+
+    def mean_n(self):
+        """The mean N over the updates (differs from the summary's N under b = auto)."""
+        ns = [r.get("n", r.get("used")) for r in self.shard0]
+        ns = [n for n in ns if n is not None]
+        return statistics.fmean(ns) if ns else None
+
+    def label(self):
+        """name: mode, N, b (what a legend or a table row says)."""
+        parts = [self.mode]
+        if self.mode in VERSIONED_MODES:
+            if self.adaptive:
+                mn = self.mean_n()
+                parts.append("b=auto" + (f" (mean N={mn:.1f})" if mn is not None else ""))
+            else:
+                parts.append(f"N={self.n}, b={self.b}")
+        elif self.workers is not None:
+            parts.append(f"K={self.workers}")
+        if self.clock != "wall":
+            parts.append(f"{self.clock} clock")
+        return f"{self.name}: " + ", ".join(parts)
+
+    # Times.
+    def apply_times(self):
+        """step -> t_apply at shard 0, on the run's clock."""
+        return {r["step"]: r["t_apply"] for r in self.shard0}
+
+    def eval_series(self, ema=True):
+        """[(step, time_s, accuracy)] of every evaluation, time on the run's clock.
+
+        Wall clock: eval.jsonl's wall_s (the same origin as the records').
+        Virtual or simulated clock: the t_apply of the update that made the
+        evaluated step; evaluations of a step without a record are left out.
+        """
+        key = "test_acc_ema" if ema else "test_acc"
+        t_apply = self.apply_times() if self.clock in MODELLED_CLOCKS else None
+        out = []
+        for e in self.evals:
+            if key not in e:
+                continue
+            if t_apply is None:
+                t = e["wall_s"]
+            elif e["step"] == 0:
+                t = 0.0
+            elif e["step"] in t_apply:
+                t = t_apply[e["step"]]
+            else:
+                continue
+            out.append((e["step"], t, e[key]))
+        return out
+
+    def time_to_accuracy(self, target, ema=True):
+        """(time_s, step) of the first evaluation at or above target, else None."""
+        for step, t, acc in self.eval_series(ema):
+            if acc >= target:
+                return t, step
+        return None
+
+    def epoch_at(self, step):
+        """Epochs of accepted examples when `step` was evaluated (eval.jsonl's
+        epoch), or None."""
+        for e in self.evals:
+            if e["step"] == step and "epoch" in e:
+                return e["epoch"]
+        return None
+
+    def step_times(self):
+        """Seconds of every update at shard 0: t_apply - t_start (the next
+        step starts at t_apply in sync modes; in async modes t_start is the
+        previous update's apply)."""
+        return [r["t_apply"] - r["t_start"] for r in self.shard0]
+
+    def mean_step_s(self):
+        """Mean seconds per update after the first (which carries the
+        start-up), as `syncopt plan` measures it."""
+        t = sorted(r["t_apply"] for r in self.shard0)
+        return (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else None
+
+    def span_s(self):
+        """Training time on the run's clock: the last update's t_apply."""
+        return self.shard0[-1]["t_apply"] if self.shard0 else None
+
+    def s_per_epoch(self):
+        """Seconds on the run's clock per epoch of accepted examples (the
+        training span over summary.json's epochs)."""
+        epochs, span = self.summary.get("epochs"), self.span_s()
+        return span / epochs if epochs and span else None
+
+    def kth_times(self):
+        """{k: [seconds from a version's start to its k-th gradient]} (k from
+        1), from shard 0's records; {} in modes without versions. A gradient
+        that reached the shard during a later step (dropped, late) counts
+        for its own version."""
+        if self.mode not in VERSIONED_MODES:
+            return {}
+        start = {r["version"]: r["t_start"] for r in self.shard0}
+        per_version = defaultdict(list)
+        for r in self.shard0:
+            for g in r["grads"]:
+                v = g["version"]
+                if v in start:
+                    per_version[v].append(r["t_start"] + g["arrival_s"] - start[v])
+        per_k = defaultdict(list)
+        for times in per_version.values():
+            for k, t in enumerate(sorted(times), 1):
+                per_k[k].append(t)
+        return dict(per_k)
+
+
+def quantile(xs, q):
+    """The q-quantile of xs by linear interpolation (numpy's default)."""
+    s = sorted(xs)
+    if not s:
+        return None
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def load_runs(paths):
+    return [Run(p) for p in paths]

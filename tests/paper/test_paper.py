@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Tests of what the paper scripts compute (CTest label `paper`), on tiny
+synthetic run directories whose answers are known:
+
+    test_paper.py numbers          scripts/runlib.py and scripts/paper/tables.py
+    test_paper.py plots            scripts/plot.py --compare and single-run plots (exit 77
+                                   without matplotlib: skipped, never passed)
+    test_paper.py sweeps SYNCOPT   every line of configs/sweeps/paper-*.txt is a valid
+                                   `syncopt train` command line (--dry-run), names unique
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "paper"))
+import runlib  # noqa: E402
+import tables  # noqa: E402
+
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print(f"FAIL: {what}")
+
+
+def close(a, b, tol=1e-9):
+    return a is not None and b is not None and abs(a - b) <= tol
+
+
+def write_run(root, name, summary, steps, evals, config=""):
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump(summary, f)
+    with open(os.path.join(d, "steps.jsonl"), "w") as f:
+        for r in steps:
+            f.write(json.dumps(r) + "\n")
+    if evals is not None:
+        with open(os.path.join(d, "eval.jsonl"), "w") as f:
+            for e in evals:
+                f.write(json.dumps(e) + "\n")
+    with open(os.path.join(d, "config.toml"), "w") as f:
+        f.write(config)
+    return d
+
+
+def grad(worker, arrival, version, accepted=True):
+    return {"worker": worker, "arrival_s": arrival, "version": version, "accepted": accepted,
+            "staleness": 0}
+
+
+def virtual_run(root, name, step_s, accs, b="1", model="bernoulli", seed=1, ns=None):
+    """A sync run on the virtual clock: update i (1-based) takes step_s[i-1]
+    virtual seconds; an evaluation after every update with accuracy
+    accs[i-1] and a wall_s that is deliberately unrelated (1000 + i)."""
+    steps, t = [], 0.0
+    for i, dt in enumerate(step_s, 1):
+        r = {"step": i, "shard": 0, "version": i - 1, "t_start": t, "t_apply": t + dt,
+             "clock": "virtual", "used": 2,
+             "grads": [grad(0, 0.25 * dt, i - 1), grad(1, 0.5 * dt, i - 1),
+                       grad(2, dt, i - 1, False)]}
+        if ns is not None:
+            r["n"] = ns[i - 1]
+        steps.append(r)
+        t += dt
+    evals = [{"step": i, "wall_s": 1000.0 + i, "test_acc": a - 0.01, "test_acc_ema": a}
+             for i, a in enumerate(accs, 1)]
+    cfg = (f'[run]\nseed = {seed}\n[train]\nclock = "virtual"\nbackups = '
+           f'{json.dumps(b) if b == "auto" else b}\n[stragglers]\nmodel = "{model}"\n')
+    return write_run(root, name, {"mode": "sync", "N": 2, "b": 0 if b == "auto" else int(b),
+                                  "workers": 3, "clock": "virtual", "status": "completed"},
+                     steps, evals, cfg)
+
+
+def test_numbers(root):
+    # Virtual clock: time to accuracy is the t_apply of the evaluated step.
+    d = virtual_run(root, "v", [1.0, 2.0, 0.5, 4.0], [0.5, 0.8, 0.9, 0.95])
+    run = runlib.Run(d)
+    check(run.clock == "virtual", "clock read from summary.json")
+    got = run.time_to_accuracy(0.85)
+    check(got is not None and close(got[0], 3.5) and got[1] == 3,
+          f"virtual time to 0.85 is t_apply of step 3 (3.5 s), got {got}")
+    got = run.time_to_accuracy(0.895, ema=False)
+    check(got is not None and close(got[0], 7.5) and got[1] == 4,
+          f"theta (0.01 lower) reaches 0.895 at step 4 (7.5 s), got {got}")
+    check(run.time_to_accuracy(0.99) is None, "an accuracy never reached gives None")
+    check(close(run.mean_step_s(), (7.5 - 1.0) / 3), "mean step time after the first update")
+    check(close(run.span_s(), 7.5), "span is the last t_apply")
+    kth = run.kth_times()
+    check(sorted(kth) == [1, 2, 3] and close(kth[3][3], 4.0) and close(kth[1][1], 0.5),
+          f"time to the k-th gradient per version, got {kth}")
+
+    # An evaluation at step 0 sits at time 0; one of a step without a record is skipped.
+    with open(os.path.join(d, "eval.jsonl"), "a") as f:
+        f.write(json.dumps({"step": 0, "wall_s": 5.0, "test_acc": 0.1, "test_acc_ema": 0.1}) + "\n")
+        f.write(json.dumps({"step": 9, "wall_s": 6.0, "test_acc": 1, "test_acc_ema": 1}) + "\n")
+    series = runlib.Run(d).eval_series()
+    check(series[0] == (0, 0.0, 0.1) and all(s != 9 for s, _, _ in series),
+          f"step 0 at time 0, unknown steps left out: {series}")
+
+    # Wall clock: eval.jsonl's wall_s; and a late gradient recorded during the
+    # next step counts for its own version in the time to the k-th.
+    steps = [{"step": 1, "shard": 0, "version": 0, "t_start": 0.0, "t_apply": 1.0,
+              "grads": [grad(0, 0.4, 0), grad(1, 1.0, 0)]},
+             {"step": 2, "shard": 0, "version": 1, "t_start": 1.0, "t_apply": 3.0,
+              "grads": [grad(2, 0.5, 0, False), grad(0, 1.0, 1), grad(1, 2.0, 1)]},
+             {"step": 1, "shard": 1, "version": 0, "t_start": 0.0, "t_apply": 9.0, "grads": []}]
+    evals = [{"step": 1, "wall_s": 1.25, "test_acc": 0.7, "test_acc_ema": 0.7},
+             {"step": 2, "wall_s": 3.5, "test_acc": 0.9, "test_acc_ema": 0.9}]
+    w = runlib.Run(write_run(root, "w", {"mode": "sync", "N": 2, "b": 1, "workers": 3,
+                                         "status": "completed"}, steps, evals))
+    check(w.clock == "wall", "no clock field: wall")
+    got = w.time_to_accuracy(0.8)
+    check(got == (3.5, 2), f"wall time to accuracy is eval's wall_s, got {got}")
+    kth = w.kth_times()
+    check(close(kth[3][0], 1.5) and len(kth[3]) == 1 and close(kth[1][1], 1.0),
+          f"a late gradient counts for its own version: {kth}")
+    check(close(w.span_s(), 3.0), "shard 0 only")
+
+    # The adaptive table: best, worst, auto's ratios, averaged over seeds;
+    # a run that never reached the target makes a lower bound.
+    a = os.path.join(root, "adaptive")
+    os.makedirs(a)
+    accs = [0.5, 0.9, 0.95, 0.96]
+    runs = [virtual_run(a, "b0-s1", [2.0] * 4, accs, "0"),
+            virtual_run(a, "b0-s2", [3.0] * 4, accs, "0", seed=2),      # b0: 4 and 6 -> 5
+            virtual_run(a, "b1-s1", [1.0] * 4, accs, "1"),
+            virtual_run(a, "b1-s2", [1.0] * 4, accs, "1", seed=2),      # b1: 2 -> best
+            virtual_run(a, "b2-s1", [5.0] * 4, [0.5] * 4, "2"),          # never: > 20
+            virtual_run(a, "auto-s1", [1.05] * 4, accs, "auto", ns=[2, 2, 3, 3]),
+            virtual_run(a, "auto-s2", [1.05] * 4, accs, "auto", seed=2, ns=[2, 2, 2, 2]),
+            virtual_run(a, "p-b0-s1", [1.0] * 4, accs, "0", model="pareto")]
+    s = tables.adaptive_summary(runlib.load_runs(runs), 0.85, True)
+    b = s["bernoulli"]
+    check(b["best_b"] == "1" and close(b["best_s"], 2.0), f"best fixed b: {b.get('best_b')}")
+    check(b["worst_b"] == "2" and close(b["worst_s"], 20.0) and b["worst_is_lower_bound"],
+          f"worst fixed b, a lower bound: {b.get('worst_b')}, {b.get('worst_s')}")
+    check(close(b["entries"]["0"]["time_s"], 5.0), "mean over seeds")
+    check(close(b["auto_over_best"], 1.05) and b["within_5pct_of_best"],
+          f"auto / best = 1.05 is within 5 %: {b.get('auto_over_best')}")
+    check(close(b["auto_over_worst"], 2.1 / 20.0), "auto / worst")
+    check(close(b["entries"]["auto"]["mean_n"], 2.25), "auto's mean N from the records' n")
+    check("pareto" in s and "auto_over_best" not in s["pareto"], "models kept apart")
+    # Slightly slower auto is not within 5 %.
+    runs.append(virtual_run(a, "auto-s3", [1.2] * 4, accs, "auto", seed=3))
+    s = tables.adaptive_summary(runlib.load_runs(runs), 0.85, True)
+    check(not s["bernoulli"]["within_5pct_of_best"],
+          f"auto / best = {s['bernoulli']['auto_over_best']:.3f} is not within 5 %")
+
+    # The command lines print their tables.
+    for args in (["kth", d], ["tta", d, runs[0], "--targets", "0.85,0.99"],
+                 ["nb", runs[0], runs[2], "--target", "0.85"],
+                 ["adaptive"] + runs + ["--target", "0.85", "--json", os.path.join(a, "s.json")]):
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "paper", "tables.py")]
+                           + args, capture_output=True, text=True)
+        check(p.returncode == 0 and "|" in p.stdout, f"tables.py {args[0]}: {p.stderr}")
+        if args[0] == "tta":
+            check("3.5 s (step 3)" in p.stdout and "not reached" in p.stdout,
+                  f"tta cells: {p.stdout}")
+        if args[0] == "adaptive":
+            check("**NO**" in p.stdout, "a miss of the 5 % bound is said plainly")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "paper", "tables.py"),
+                        "kth", os.path.join(root, "nope")], capture_output=True, text=True)
+    check(p.returncode != 0 and "summary.json not found" in p.stderr, "a missing run is an error")
+
+
+def test_plots(root):
+    try:
+        subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"], check=True,
+                       capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        print("SKIP: no matplotlib for /usr/bin/python3 (apt-get install python3-matplotlib)")
+        return 77
+    a = virtual_run(root, "a", [1.0, 2.0, 0.5, 4.0], [0.5, 0.8, 0.9, 0.95])
+    b = virtual_run(root, "b", [1.0] * 4, [0.6, 0.85, 0.9, 0.9], "auto", ns=[2, 2, 3, 3])
+    plot = os.path.join(ROOT, "scripts", "plot.py")
+    out = os.path.join(root, "cmp")
+    p = subprocess.run([sys.executable, plot, "--compare", a, b, "--out", out, "--dpi", "50"],
+                       capture_output=True, text=True)
+    check(p.returncode == 0, f"plot.py --compare: {p.stderr}")
+    for f in ("compare_accuracy.png", "compare_step_times.png", "compare_kth.png"):
+        check(os.path.getsize(os.path.join(out, f)) > 1000 if os.path.exists(
+            os.path.join(out, f)) else False, f"{f} written")
+    p = subprocess.run([sys.executable, plot, a, "--dpi", "50"], capture_output=True, text=True)
+    check(p.returncode == 0 and os.path.exists(os.path.join(a, "accuracy.png")) and
+          os.path.exists(os.path.join(a, "kth_gradient_cdf.png")), f"single run: {p.stderr}")
+    p = subprocess.run([sys.executable, plot, a, b], capture_output=True, text=True)
+    check(p.returncode != 0 and "--compare" in p.stderr, "two runs without --compare: usage error")
+    p = subprocess.run([sys.executable, plot, "--compare", a, b, "--labels", "x"],
+                       capture_output=True, text=True)
+    check(p.returncode != 0, "--labels must have one label per run")
+    return 0
+
+
+def test_sweeps(syncopt):
+    names = set()
+    for f in sorted(os.listdir(os.path.join(ROOT, "configs", "sweeps"))):
+        if not f.startswith("paper-"):
+            continue
+        path = os.path.join(ROOT, "configs", "sweeps", f)
+        text = open(path).read().splitlines()
+        check(any(line.startswith("# ntasks: ") for line in text), f"{f}: a '# ntasks: N' line")
+        lines = [line.strip() for line in text if line.strip() and not line.strip().startswith("#")]
+        check(lines, f"{f}: has runs")
+        for line in lines:
+            words = line.split()
+            name = [w.split("=", 1)[1] for w in words if w.startswith("run.name=")]
+            check(len(name) == 1 and name[0] not in names, f"{f}: one new run.name: {line}")
+            names.update(name)
+        # Every distinct set of keys once (the seeds differ only in values).
+        seen = set()
+        for line in lines:
+            keys = tuple(sorted(w for w in line.split() if "=" in w and "seed" not in w and
+                                "run.name" not in w))
+            if keys in seen:
+                continue
+            seen.add(keys)
+            words = line.split()
+            p = subprocess.run([syncopt, "train", words[0]] + words[1:] + ["--dry-run"], cwd=ROOT,
+                               capture_output=True, text=True)
+            check(p.returncode == 0, f"{f}: syncopt train ... --dry-run: {line}\n{p.stderr[-500:]}")
+
+
+def main():
+    what = sys.argv[1] if len(sys.argv) > 1 else "numbers"
+    root = tempfile.mkdtemp(prefix="syncopt-paper-test-")
+    try:
+        rc = 0
+        if what == "numbers":
+            test_numbers(root)
+        elif what == "plots":
+            rc = test_plots(root)
+        elif what == "sweeps":
+            test_sweeps(sys.argv[2])
+        else:
+            sys.exit(f"unknown test {what}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if FAILURES:
+        print(f"{len(FAILURES)} failure(s)")
+        return 1
+    if rc == 0:
+        print("all passed")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
