@@ -27,14 +27,14 @@ void AdaptiveN::set_live(int live) {
 
 void AdaptiveN::on_applied(std::uint64_t version, double overhead_s) {
   m_overhead.push_back(overhead_s);
-  while (m_overhead.size() > static_cast<std::size_t>(m_window)) m_overhead.pop_front();
+  while (m_overhead.size() > history()) m_overhead.pop_front();
   // Versions settled by now move to the window.
   while (!m_open.empty() && m_open.begin()->first + kSettle <= version) {
     auto arrivals = std::move(m_open.begin()->second);
     m_open.erase(m_open.begin());
     std::sort(arrivals.begin(), arrivals.end());
     m_complete.push_back(std::move(arrivals));
-    if (m_complete.size() > static_cast<std::size_t>(m_window)) m_complete.pop_front();
+    if (m_complete.size() > history()) m_complete.pop_front();
   }
   if (++m_applied % static_cast<std::uint64_t>(m_window) == 0) decide();
 }
@@ -60,13 +60,25 @@ std::vector<double> AdaptiveN::rates() const {
   return out;
 }
 
+// The highest rate is a noisy estimate, and progress per update grows less
+// than linearly with N (the paper's iterations-to-converge fall more slowly
+// than 1/N), so among the N whose rate is within min_gain of the best the
+// smallest is taken. N moves down to it, or away from a current N that has
+// fallen out of that band; a current N inside the band with no smaller one
+// beside it stays (no flapping between near-equal rates).
 void AdaptiveN::decide() {
   const auto r = rates();
   if (r[static_cast<std::size_t>(m_n - 1)] <= 0.0) return;
-  const auto best = std::max_element(r.begin(), r.end()) - r.begin();
-  if (r[static_cast<std::size_t>(best)] > r[static_cast<std::size_t>(m_n - 1)] * (1.0 + m_min_gain)) {
-    m_n = static_cast<int>(best) + 1;
+  const double best = *std::max_element(r.begin(), r.end());
+  const double floor = best * (1.0 - m_min_gain);
+  int smallest = m_n;
+  for (int k = 1; k <= m_live; ++k) {
+    if (r[static_cast<std::size_t>(k - 1)] >= floor) {
+      smallest = k;
+      break;
+    }
   }
+  if (r[static_cast<std::size_t>(m_n - 1)] < floor || smallest < m_n) m_n = smallest;
 }
 
 }  // namespace syncopt::ps

@@ -8,10 +8,11 @@
 // a version's start to the N-th of its gradients (the order statistic the
 // paper's Figure 3 shows) and c the per-update cost beyond it (aggregation,
 // the optimiser, the answers). E[t_(k)] is the mean over the last `window`
-// complete versions of every worker's arrival time for that version, late
-// ones included (each worker computes one gradient per version). Every
-// `window` versions the N of the highest rate is taken, if it beats the
-// current one by more than `min_gain` (no flapping on noise).
+// complete versions (four windows' worth) of every worker's arrival time
+// for that version, late ones included (each worker computes one gradient
+// per version). Every `window` versions the smallest N whose rate is within
+// `min_gain` of the highest is taken (see decide(): the rates are noisy and
+// progress per update grows less than linearly with N).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,7 @@ class AdaptiveN {
 
  private:
   void decide();
+  std::size_t history() const { return 4 * static_cast<std::size_t>(m_window); }
 
   int m_workers, m_live, m_n, m_window;
   double m_min_gain;

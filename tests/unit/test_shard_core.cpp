@@ -257,3 +257,18 @@ TEST_CASE("adaptive N does not flap on noise below its margin", "[ps][adaptive]"
   }
   CHECK(adaptive.n() == 3);
 }
+
+TEST_CASE("adaptive N takes the smallest N whose rate is within its margin of the best", "[ps][adaptive]") {
+  // Progress per update grows less than linearly with N, so a near-equal rate
+  // at a smaller N is the better choice: from N = 4 (rate 3.08) it moves to
+  // N = 3 (rate 3.0, within 5 %).
+  ps::AdaptiveN adaptive(4, 4, 10, 0.05);
+  for (std::uint64_t v = 0; v < 100; ++v) {
+    adaptive.on_arrival(v, 0.9);
+    adaptive.on_arrival(v, 0.95);
+    adaptive.on_arrival(v, 1.0);
+    adaptive.on_arrival(v, 1.3);
+    adaptive.on_applied(v, 0.0);
+  }
+  CHECK(adaptive.n() == 3);
+}
