@@ -3,10 +3,9 @@
 // simulate and plan (sim_command.cpp). main.cpp parses and dispatches.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "comm/mpi.hpp"
 

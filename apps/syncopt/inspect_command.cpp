@@ -3,10 +3,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.hpp"
 #include "commands.hpp"

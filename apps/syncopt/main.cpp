@@ -1,10 +1,9 @@
 // syncopt: one SPMD binary. Parses the command line, initialises MPI and
 // hands over to a subcommand (commands.hpp). The single try/catch that turns
 // errors into one message and a documented exit code lives here.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "comm/mpi.hpp"
 #include "commands.hpp"
@@ -34,20 +33,23 @@ int main(int argc, char** argv) {
   auto* train = add_train_command(app, targs);
 
   auto* keys = app.add_subcommand(
-      "keys", "Print the reference of every config key: type, default, allowed values, meaning "
-              "(the same as the end of 'syncopt train --help'; configs/README.md holds a copy).");
+      "keys",
+      "Print the reference of every config key: type, default, allowed values, meaning "
+      "(the same as the end of 'syncopt train --help'; configs/README.md holds a copy).");
 
   std::string ckpt_dir;
-  auto* ckpts = app.add_subcommand(
-      "checkpoints", "List a run's checkpoints and verify the latest: every part's size and "
-                     "CRC-32 against its manifest, and every saved float finite (65 if not, "
-                     "66 if there is none).");
+  auto* ckpts =
+      app.add_subcommand("checkpoints",
+                         "List a run's checkpoints and verify the latest: every part's size and "
+                         "CRC-32 against its manifest, and every saved float finite (65 if not, "
+                         "66 if there is none).");
   ckpts->add_option("run_dir", ckpt_dir, "A run directory, e.g. runs/fmnist-sync")->required();
 
   std::string report_dir;
   auto* report = app.add_subcommand(
-      "report", "Print what a finished run's records say: steps/s, step-time percentiles, time "
-                "to the k-th gradient, drops per worker, staleness, accuracy of theta and EMA.");
+      "report",
+      "Print what a finished run's records say: steps/s, step-time percentiles, time "
+      "to the k-th gradient, drops per worker, staleness, accuracy of theta and EMA.");
   report->add_option("run_dir", report_dir, "A run directory, e.g. runs/fmnist-sync")->required();
 
   SimulateArgs sargs;
@@ -82,8 +84,8 @@ int main(int argc, char** argv) {
     // where it happened say why.
     code = static_cast<int>(e.code());
     if (e.reporter()) {
-      std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(),
-                   mpi.host().c_str(), e.what());
+      std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
+                   e.what());
     }
   } catch (const UnavailableError& e) {
     // A peer this rank needs is dead: the others find out by themselves.

@@ -1,11 +1,11 @@
 // `syncopt train`: load and check the config on every rank, then the local
 // trainer (a world of one rank) or the distributed one (see commands.hpp).
+#include <spdlog/spdlog.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "comm/agree.hpp"
 #include "comm/peers.hpp"
@@ -32,8 +32,8 @@ const char* const kExitCodes =
     "is in runs/<name>/summary.json (status, exit_code).";
 
 // The build, as ranks compare it (check_same_job).
-const std::string kBuildId = std::string("syncopt ") + SYNCOPT_VERSION + " built " + __DATE__ + " " + __TIME__;
-
+const std::string kBuildId =
+    std::string("syncopt ") + SYNCOPT_VERSION + " built " + __DATE__ + " " + __TIME__;
 
 namespace {
 
@@ -55,7 +55,8 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
   SYNCOPT_CHECK_MPI(
       MPI_Gather(mine.data(), kLine, MPI_CHAR, lines.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD));
   if (mpi.rank() != 0) return;
-  std::printf("# resolved config (%s)\n%s\n", args.config_path.c_str(), config::to_toml(cfg).c_str());
+  std::printf("# resolved config (%s)\n%s\n", args.config_path.c_str(),
+              config::to_toml(cfg).c_str());
   if (world == 1 && cfg.train.mode != config::Mode::kLocal) {
     std::printf("# train.mode = \"%s\" runs single-process in a world of one rank\n",
                 std::string(config::mode_name(cfg.train.mode)).c_str());
@@ -83,7 +84,8 @@ void check_same_job(const syncopt::config::Config& cfg, syncopt::comm::MpiSessio
   using namespace syncopt;
   const std::uint64_t mine[2] = {fingerprint(config::to_toml(cfg)), fingerprint(kBuildId)};
   std::vector<std::uint64_t> all(static_cast<std::size_t>(2 * mpi.size()));
-  SYNCOPT_CHECK_MPI(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD));
+  SYNCOPT_CHECK_MPI(
+      MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD));
   std::string config_ranks, build_ranks;
   for (int r = 1; r < mpi.size(); ++r) {
     const auto i = static_cast<std::size_t>(2 * r);
@@ -131,9 +133,10 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
   }
   if (local) {
     if (cfg.train.mode != config::Mode::kLocal) {
-      spdlog::info("world of one rank: train.mode = \"{}\" runs as local training (start it "
-                   "with mpirun -np K for the distributed mode)",
-                   config::mode_name(cfg.train.mode));
+      spdlog::info(
+          "world of one rank: train.mode = \"{}\" runs as local training (start it "
+          "with mpirun -np K for the distributed mode)",
+          config::mode_name(cfg.train.mode));
     }
     const train::LocalResult r = train::run_local(cfg, compute, args.quiet);
     std::printf("\nsummary: %lld steps, %lld examples in %.1fs (%.0f examples/s training)\n",
@@ -164,8 +167,7 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
   if (mpi.rank() == 0) {
     std::printf("\n%s", r.report.c_str());
     std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
-                r.run_dir.string().c_str(), r.run_dir.string().c_str(),
-                r.run_dir.string().c_str());
+                r.run_dir.string().c_str(), r.run_dir.string().c_str(), r.run_dir.string().c_str());
     if (r.outcome.status == "stopped") {
       std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
                   r.outcome.detail.c_str());
@@ -174,14 +176,16 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
   return static_cast<int>(r.outcome.exit_code);
 }
 
-
 CLI::App* add_train_command(CLI::App& app, TrainArgs& targs) {
   auto* train = app.add_subcommand(
       "train", "Train a model as described by a TOML config (see the key reference below).");
-  train->add_option("config", targs.config_path, "TOML experiment file, e.g. configs/fmnist-local.toml")
+  train
+      ->add_option("config", targs.config_path,
+                   "TOML experiment file, e.g. configs/fmnist-local.toml")
       ->required();
-  train->add_option("--set", targs.overrides,
-                    "Override one key, section.key=value (repeatable), e.g. --set train.batch=64")
+  train
+      ->add_option("--set", targs.overrides,
+                   "Override one key, section.key=value (repeatable), e.g. --set train.batch=64")
       ->type_name("KEY=VALUE");
   train->add_flag("--dry-run", targs.dry_run,
                   "Validate the config, print it resolved and the role of every rank, then exit");

@@ -27,8 +27,7 @@ void agree(MPI_Comm comm, const std::function<void()>& fn) {
   SYNCOPT_CHECK_MPI(MPI_Bcast(&code, 1, MPI_INT, reporter, comm));
   if (rank == reporter) throw AgreedError(mine->code(), mine->what(), true);
   throw AgreedError(static_cast<ExitCode>(code),
-                    mine ? mine->what() : "rank " + std::to_string(reporter) + " failed",
-                    false);
+                    mine ? mine->what() : "rank " + std::to_string(reporter) + " failed", false);
 }
 
 }  // namespace syncopt::comm

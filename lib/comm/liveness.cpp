@@ -1,10 +1,10 @@
 // Liveness decisions and the heartbeat thread (see liveness.hpp).
 #include "comm/liveness.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
-
-#include <spdlog/spdlog.h>
 
 #include "comm/protocol.hpp"
 #include "comm/requests.hpp"
@@ -12,8 +12,10 @@
 namespace syncopt::comm {
 
 LivenessCore::LivenessCore(int peers, double dead_after_s, double now)
-    : m_dead_after_s(dead_after_s), m_last(static_cast<std::size_t>(peers), now),
-      m_dead(static_cast<std::size_t>(peers), 0), m_retired(static_cast<std::size_t>(peers), 0) {}
+    : m_dead_after_s(dead_after_s),
+      m_last(static_cast<std::size_t>(peers), now),
+      m_dead(static_cast<std::size_t>(peers), 0),
+      m_retired(static_cast<std::size_t>(peers), 0) {}
 
 void LivenessCore::heard(int peer, double now) {
   auto& last = m_last[static_cast<std::size_t>(peer)];
@@ -113,7 +115,8 @@ void Heartbeat::run() {
 
 Watch::Watch(MPI_Comm comm, int self, std::vector<int> beat_to, std::vector<int> peers,
              double dead_after_s, double now)
-    : m_peers(std::move(peers)), m_core(static_cast<int>(m_peers.size()), dead_after_s, now),
+    : m_peers(std::move(peers)),
+      m_core(static_cast<int>(m_peers.size()), dead_after_s, now),
       m_beat(comm, std::move(beat_to), heartbeat_interval_s(dead_after_s), self) {
   for (const int p : m_peers) m_slots.add(p, kTagHeartbeat, comm, 0);
   for (int i = 0; i < m_slots.size(); ++i) m_slots.post(i);

@@ -1,14 +1,12 @@
 // MPI session, communicator RAII and the MPI error check.
 #include "comm/mpi.hpp"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
-
-#include <spdlog/spdlog.h>
-
 #include <cstdio>
+#include <thread>
 #include <utility>
 
 #include "common/error.hpp"
@@ -41,7 +39,8 @@ int node_local_rank(MPI_Comm comm) {
 void throw_mpi_error(int rc, const char* stmt, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof(text), "code %d", rc);
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
+    std::snprintf(text, sizeof(text), "code %d", rc);
   throw InternalError(std::string("MPI call failed: ") + stmt + " -> " + text + " at " + file +
                       ":" + std::to_string(line) + " (rank " +
                       std::to_string(world_rank_or_minus_one()) + " on " + host_name() + ")");
@@ -74,8 +73,10 @@ void MpiSession::finalize(int code, double timeout_s) {
   if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
   std::thread([code, timeout_s] {
     std::this_thread::sleep_for(std::chrono::duration<double>(timeout_s));
-    std::fprintf(stderr, "syncopt: MPI_Finalize did not return within %.0fs (a peer is gone?); "
-                         "exiting with %d\n", timeout_s, code);
+    std::fprintf(stderr,
+                 "syncopt: MPI_Finalize did not return within %.0fs (a peer is gone?); "
+                 "exiting with %d\n",
+                 timeout_s, code);
     std::fflush(nullptr);
     ::_exit(code);
   }).detach();
@@ -95,8 +96,7 @@ Communicator::Communicator(MPI_Comm parent) {
 }
 
 Communicator::Communicator(MPI_Comm parent, NodeLocal) {
-  SYNCOPT_CHECK_MPI(
-      MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &m_comm));
+  SYNCOPT_CHECK_MPI(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &m_comm));
   SYNCOPT_CHECK_MPI(MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN));
 }
 

@@ -12,10 +12,10 @@ namespace syncopt::comm {
 
 [[noreturn]] void throw_mpi_error(int rc, const char* stmt, const char* file, int line);
 
-#define SYNCOPT_CHECK_MPI(call)                                              \
-  do {                                                                       \
-    const int syncopt_mpi_rc_ = (call);                                      \
-    if (syncopt_mpi_rc_ != MPI_SUCCESS)                                      \
+#define SYNCOPT_CHECK_MPI(call)                                                     \
+  do {                                                                              \
+    const int syncopt_mpi_rc_ = (call);                                             \
+    if (syncopt_mpi_rc_ != MPI_SUCCESS)                                             \
       ::syncopt::comm::throw_mpi_error(syncopt_mpi_rc_, #call, __FILE__, __LINE__); \
   } while (0)
 

@@ -2,12 +2,11 @@
 #include "comm/peers.hpp"
 
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <spdlog/spdlog.h>
 
 #include "comm/mpi.hpp"
 
@@ -29,14 +28,16 @@ std::vector<Peer> gather_peers(MPI_Comm comm) {
   SYNCOPT_CHECK_MPI(MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, comm));
   std::vector<Peer> out(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) {
-    out[static_cast<std::size_t>(r)] = {std::string(all.data() + static_cast<std::size_t>(r) * kHostBytes),
-                                        pids[static_cast<std::size_t>(r)]};
+    out[static_cast<std::size_t>(r)] = {
+        std::string(all.data() + static_cast<std::size_t>(r) * kHostBytes),
+        pids[static_cast<std::size_t>(r)]};
   }
   return out;
 }
 
 std::string describe_rank(const std::vector<Peer>& peers, int rank) {
-  if (rank < 0 || static_cast<std::size_t>(rank) >= peers.size()) return "rank " + std::to_string(rank);
+  if (rank < 0 || static_cast<std::size_t>(rank) >= peers.size())
+    return "rank " + std::to_string(rank);
   const Peer& p = peers[static_cast<std::size_t>(rank)];
   return "rank " + std::to_string(rank) + " on " + p.host + " (pid " + std::to_string(p.pid) + ")";
 }
@@ -52,9 +53,10 @@ std::vector<int> fence(const std::vector<Peer>& peers, int self, const std::vect
       continue;
     }
     if (::kill(p.pid, SIGKILL) == 0) {
-      spdlog::warn("ended {}: it was silent past cluster.dead_after_s (stopped or hung) and "
-                   "would keep mpirun waiting forever",
-                   describe_rank(peers, r));
+      spdlog::warn(
+          "ended {}: it was silent past cluster.dead_after_s (stopped or hung) and "
+          "would keep mpirun waiting forever",
+          describe_rank(peers, r));
     } else if (errno != ESRCH) {
       spdlog::warn("could not end silent {}: {}", describe_rank(peers, r), std::strerror(errno));
     }

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <thread>
 
-
 namespace syncopt::comm {
 
 namespace {
@@ -24,7 +23,8 @@ void IdleBackoff::idle(double limit_s) {
     std::this_thread::yield();
     return;
   }
-  double us = std::min(kMaxSleepUs, 20.0 * static_cast<double>(1 << std::min(m_idle - kSpinTests, 5)));
+  double us =
+      std::min(kMaxSleepUs, 20.0 * static_cast<double>(1 << std::min(m_idle - kSpinTests, 5)));
   if (limit_s >= 0.0) us = std::min(us, limit_s * 1e6);
   if (us > 0.0) std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(us));
 }

@@ -8,19 +8,32 @@ namespace syncopt::comm {
 
 const char* kind_name(std::uint16_t kind) {
   switch (static_cast<Kind>(kind)) {
-    case Kind::kGrad: return "GRAD";
-    case Kind::kPull: return "PULL";
-    case Kind::kParams: return "PARAMS";
-    case Kind::kStop: return "STOP";
-    case Kind::kEvalPull: return "EVAL_PULL";
-    case Kind::kCtrl: return "CTRL";
-    case Kind::kHeartbeat: return "HEARTBEAT";
-    case Kind::kStopRequest: return "STOP_REQUEST";
-    case Kind::kCheckpoint: return "CHECKPOINT";
-    case Kind::kSaved: return "SAVED";
-    case Kind::kFinal: return "FINAL";
-    case Kind::kResult: return "RESULT";
-    case Kind::kDecision: return "DECISION";
+    case Kind::kGrad:
+      return "GRAD";
+    case Kind::kPull:
+      return "PULL";
+    case Kind::kParams:
+      return "PARAMS";
+    case Kind::kStop:
+      return "STOP";
+    case Kind::kEvalPull:
+      return "EVAL_PULL";
+    case Kind::kCtrl:
+      return "CTRL";
+    case Kind::kHeartbeat:
+      return "HEARTBEAT";
+    case Kind::kStopRequest:
+      return "STOP_REQUEST";
+    case Kind::kCheckpoint:
+      return "CHECKPOINT";
+    case Kind::kSaved:
+      return "SAVED";
+    case Kind::kFinal:
+      return "FINAL";
+    case Kind::kResult:
+      return "RESULT";
+    case Kind::kDecision:
+      return "DECISION";
   }
   return "unknown";
 }
@@ -64,12 +77,12 @@ std::string check_header(const MsgHeader& h, const Expect& e) {
     return from + "header is for shard " + std::to_string(h.shard) + ", received by shard " +
            std::to_string(e.shard);
   }
-  const bool carries = kind == Kind::kGrad || kind == Kind::kParams || kind == Kind::kFinal ||
-                       kind == Kind::kResult;
+  const bool carries =
+      kind == Kind::kGrad || kind == Kind::kParams || kind == Kind::kFinal || kind == Kind::kResult;
   const std::size_t want = carries ? e.grad_count : 0;
   if (kind == Kind::kDecision ? h.count > e.grad_count : h.count != want) {
-    return from + kind_name(h.kind) + " carries " + std::to_string(h.count) +
-           " floats, expected " + std::to_string(want);
+    return from + kind_name(h.kind) + " carries " + std::to_string(h.count) + " floats, expected " +
+           std::to_string(want);
   }
   if (e.received_bytes != Message::wire_bytes(h.count)) {
     return from + "received " + std::to_string(e.received_bytes) + " bytes, header says " +

@@ -18,20 +18,20 @@ inline constexpr std::uint64_t kAnyVersion = ~std::uint64_t{0};
 inline constexpr std::uint64_t kNoCheckpoint = ~std::uint64_t{0};
 
 enum class Kind : std::uint16_t {
-  kGrad = 1,      // worker -> shard: gradient slice; also asks for newer parameters
-  kPull = 2,      // worker -> shard: parameters newer than param_version, please
-  kParams = 3,    // shard -> worker/evaluator: parameter slice (evaluator: theta then EMA)
-  kStop = 4,      // shard -> worker/evaluator: training has ended
-  kEvalPull = 5,  // evaluator -> shard: theta and EMA at version >= param_version
-  kCtrl = 6,      // worker/evaluator -> shard: done, no more messages from me
-  kHeartbeat = 7, // any rank -> its watchers: still alive (comm/liveness.hpp)
+  kGrad = 1,       // worker -> shard: gradient slice; also asks for newer parameters
+  kPull = 2,       // worker -> shard: parameters newer than param_version, please
+  kParams = 3,     // shard -> worker/evaluator: parameter slice (evaluator: theta then EMA)
+  kStop = 4,       // shard -> worker/evaluator: training has ended
+  kEvalPull = 5,   // evaluator -> shard: theta and EMA at version >= param_version
+  kCtrl = 6,       // worker/evaluator -> shard: done, no more messages from me
+  kHeartbeat = 7,  // any rank -> its watchers: still alive (comm/liveness.hpp)
   // Stops and checkpoints (DESIGN.md §10), coordinated by shard 0:
   kStopRequest = 8,  // any -> shard 0: a stop signal (step_seq) arrived here
   kCheckpoint = 9,   // shard 0 -> shards, evaluator: save your part of checkpoint step_seq
   kSaved = 10,       // any -> shard 0: my part of checkpoint step_seq is written
   // The end phase, point to point (a collective would hang on a dead rank):
-  kFinal = 11,   // shard -> eval writer: final theta then EMA of its slice
-  kResult = 12,  // eval writer -> rank 0: final test loss/acc of theta and EMA (4 floats)
+  kFinal = 11,     // shard -> eval writer: final theta then EMA of its slice
+  kResult = 12,    // eval writer -> rank 0: final test loss/acc of theta and EMA (4 floats)
   kDecision = 13,  // shard 0 -> shards: the workers update `param_version` averages (ids as floats)
 };
 
@@ -102,11 +102,11 @@ class Message {
 
 // What a receiver expects of a message.
 struct Expect {
-  std::uint32_t source_rank = 0;       // the MPI source the message came from
-  std::vector<Kind> kinds;             // allowed kinds
-  std::uint32_t shard = 0;             // expected shard index
-  std::size_t grad_count = 0;          // floats a GRAD/PARAMS must carry
-  int received_bytes = 0;              // MPI_Get_count in bytes
+  std::uint32_t source_rank = 0;  // the MPI source the message came from
+  std::vector<Kind> kinds;        // allowed kinds
+  std::uint32_t shard = 0;        // expected shard index
+  std::size_t grad_count = 0;     // floats a GRAD/PARAMS must carry
+  int received_bytes = 0;         // MPI_Get_count in bytes
 };
 
 // Empty when the header is valid; otherwise one line naming the sender rank

@@ -21,8 +21,8 @@ class MpiReducer final : public Reducer {
       throw InternalError("MpiReducer: " + std::to_string(count) +
                           " floats exceed one MPI_Allreduce's int count");
     }
-    SYNCOPT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                                    m_comm));
+    SYNCOPT_CHECK_MPI(
+        MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM, m_comm));
     const float inv = 1.0f / static_cast<float>(m_size);
     for (std::size_t i = 0; i < count; ++i) buf[i] *= inv;
   }
@@ -34,6 +34,8 @@ class MpiReducer final : public Reducer {
 
 }  // namespace
 
-std::unique_ptr<Reducer> make_mpi_reducer(MPI_Comm comm) { return std::make_unique<MpiReducer>(comm); }
+std::unique_ptr<Reducer> make_mpi_reducer(MPI_Comm comm) {
+  return std::make_unique<MpiReducer>(comm);
+}
 
 }  // namespace syncopt::comm

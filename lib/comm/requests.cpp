@@ -1,10 +1,10 @@
 // Owning request sets (see requests.hpp).
 #include "comm/requests.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
-
-#include <spdlog/spdlog.h>
 
 #include "comm/mpi.hpp"
 #include "common/error.hpp"
@@ -44,8 +44,8 @@ bool cancel_bounded(MPI_Request& req) {
 void SendQueue::send(SharedMessage msg, int dest, int tag) {
   Entry e;
   e.dest = dest;
-  SYNCOPT_CHECK_MPI(MPI_Isend(msg->data(), Message::wire_bytes(msg->header().count), MPI_BYTE,
-                              dest, tag, m_comm, &e.req));
+  SYNCOPT_CHECK_MPI(MPI_Isend(msg->data(), Message::wire_bytes(msg->header().count), MPI_BYTE, dest,
+                              tag, m_comm, &e.req));
   e.msg = std::move(msg);
   m_entries.push_back(std::move(e));
 }
@@ -91,9 +91,10 @@ SendQueue::~SendQueue() {
     }
   }
   if (leaked > 0) {
-    spdlog::warn("{} send(s) could neither complete nor be cancelled (a peer gone?); their "
-                 "buffers are kept until exit",
-                 leaked);
+    spdlog::warn(
+        "{} send(s) could neither complete nor be cancelled (a peer gone?); their "
+        "buffers are kept until exit",
+        leaked);
   }
 }
 
@@ -109,8 +110,8 @@ void RecvSlots::post(int slot) {
   auto& s = m_slots[static_cast<std::size_t>(slot)];
   auto& req = m_reqs[static_cast<std::size_t>(slot)];
   if (req != MPI_REQUEST_NULL) throw InternalError("RecvSlots::post on a slot still posted");
-  SYNCOPT_CHECK_MPI(MPI_Irecv(s.msg.data(), s.msg.max_bytes(), MPI_BYTE, s.source, s.tag, s.comm,
-                              &req));
+  SYNCOPT_CHECK_MPI(
+      MPI_Irecv(s.msg.data(), s.msg.max_bytes(), MPI_BYTE, s.source, s.tag, s.comm, &req));
 }
 
 void RecvSlots::cancel(int slot) {
@@ -124,7 +125,8 @@ void RecvSlots::cancel(int slot) {
 }
 
 bool RecvSlots::any_active() const {
-  return std::any_of(m_reqs.begin(), m_reqs.end(), [](MPI_Request r) { return r != MPI_REQUEST_NULL; });
+  return std::any_of(m_reqs.begin(), m_reqs.end(),
+                     [](MPI_Request r) { return r != MPI_REQUEST_NULL; });
 }
 
 std::vector<RecvSlots::Done> RecvSlots::test() {
@@ -179,9 +181,10 @@ RecvSlots::~RecvSlots() {
     // MPI may still write into this slot's buffer: keep it (moving the
     // Message keeps its heap storage where it is) for the rest of the process.
     new Slot(std::move(m_slots[i]));  // NOLINT: deliberate leak, see requests.hpp
-    spdlog::warn("a receive from rank {} could not be cancelled while cleaning up; its buffer is "
-                 "kept until exit",
-                 m_slots[i].source);
+    spdlog::warn(
+        "a receive from rank {} could not be cancelled while cleaning up; its buffer is "
+        "kept until exit",
+        m_slots[i].source);
   }
 }
 

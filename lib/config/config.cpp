@@ -279,8 +279,9 @@ std::vector<KeySpec> make_key_specs() {
                   "bernoulli: chance per step of a slowdown."),
       SYNCOPT_KEY(stragglers, factor, at_least(1), "",
                   "bernoulli, fixed: multiplier of the step's compute time."),
-      SYNCOPT_KEY(stragglers, mean_ms, at_least(0), "",
-                  "exponential, lognormal, pareto: mean extra delay in ms; fixed: constant extra delay."),
+      SYNCOPT_KEY(
+          stragglers, mean_ms, at_least(0), "",
+          "exponential, lognormal, pareto: mean extra delay in ms; fixed: constant extra delay."),
       SYNCOPT_KEY(stragglers, sigma, above(0), "", "lognormal: sigma of the log of the delay."),
       SYNCOPT_KEY(stragglers, alpha, above(1), "",
                   "pareto: shape; > 1 so that the mean is finite."),
@@ -827,12 +828,14 @@ std::vector<Problem> check(const Config& cfg) {
     add(spec_of("train", "epochs"), "must be > 0 when train.steps = 0 (set one of the two)");
   }
   if (cfg.train.backups == kAuto && !cfg.optim.scale_lr_by_n) {
-    add(spec_of("train", "backups"), "needs optim.scale_lr_by_n = true: the lr follows the N "
-                                     "that is chosen");
+    add(spec_of("train", "backups"),
+        "needs optim.scale_lr_by_n = true: the lr follows the N "
+        "that is chosen");
   }
   if (cfg.train.clock == "virtual" && !traits(cfg.train.mode).versioned) {
-    add(spec_of("train", "clock"), "applies to train.mode = sync or timeout (use syncopt simulate "
-                                   "for the other modes in modelled time)");
+    add(spec_of("train", "clock"),
+        "applies to train.mode = sync or timeout (use syncopt simulate "
+        "for the other modes in modelled time)");
   }
   if (const double s = cfg.train.simulated_staleness; s > 0) {
     const auto& spec = spec_of("train", "simulated_staleness");
@@ -918,7 +921,7 @@ class Loader {
   }
 
   void read_text(const std::string& text, const std::string& origin) {
-    Reading r{origin, split_lines(text)};
+    Reading r{origin, split_lines(text), {}, {}, {}, {}};
     parse_recovering(r);
     report_duplicates(r);
     if (r.doc) read_sections(r);
@@ -967,8 +970,8 @@ class Loader {
           const std::string& t = r.lines[line - 1];
           const auto eq = t.find('=');
           if (eq != std::string::npos && t.find('"') > eq) {
-            near = " near " +
-                   dotted(table_at(r.lines, line), trim(std::string_view(t).substr(0, eq)));
+            near =
+                " near " + dotted(table_at(r.lines, line), trim(std::string_view(t).substr(0, eq)));
           }
         }
         r.found.emplace_back(line, r.origin + ":" + std::to_string(line) + ":" +
@@ -1068,10 +1071,9 @@ class Loader {
       std::size_t kline = key_key.source().begin.line;
       if (kline == 0) kline = value.source().begin.line;
       if (const toml::node* first = first_table ? first_table->get(key) : nullptr) {
-        r.found.emplace_back(kline, r.at(kline) + "duplicate key " + section + "." + key +
-                                        " (first set on line " +
-                                        std::to_string(first->source().begin.line) +
-                                        "); keep only one of them");
+        r.found.emplace_back(
+            kline, r.at(kline) + "duplicate key " + section + "." + key + " (first set on line " +
+                       std::to_string(first->source().begin.line) + "); keep only one of them");
         continue;
       }
       const KeySpec* spec = find_spec(section, key);
@@ -1129,9 +1131,9 @@ class Loader {
     const toml::node* node = parsed ? parsed->get("v") : nullptr;
     // Quotes rarely survive the shell: a string key takes the bare text
     // (`--set train.mode=async`) unless it was written as a TOML string.
-    const bool named = spec->type == KeyType::kString || spec->type == KeyType::kMode ||
-                       (spec->type == KeyType::kInt && !spec->choices.empty() &&
-                        text == spec->choices.front());
+    const bool named =
+        spec->type == KeyType::kString || spec->type == KeyType::kMode ||
+        (spec->type == KeyType::kInt && !spec->choices.empty() && text == spec->choices.front());
     if (named && (node == nullptr || !node->is_string())) {
       const toml::value<std::string> bare(text);
       if (auto why = assign(*spec, bare, m_cfg)) {
@@ -1149,8 +1151,8 @@ class Loader {
     }
     if (auto why = assign(*spec, *node, m_cfg)) {
       add(why->whole ? where + ": " + why->text
-                     : where + ": " + path + ": " + why->text + "; write e.g. --set " + path +
-                           "=" + example_value(*spec));
+                     : where + ": " + path + ": " + why->text + "; write e.g. --set " + path + "=" +
+                           example_value(*spec));
       return;
     }
     m_origin[path] = where;

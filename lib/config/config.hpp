@@ -15,14 +15,15 @@ struct RunConfig {
   std::string name = "run";
   std::string dir = "runs";
   std::uint64_t seed = 1;
-  bool resume = false;            // continue runs/<name>/ from its latest checkpoint
-  bool overwrite = false;         // replace an existing runs/<name>/ (never by default)
-  double checkpoint_every_s = 600.0;       // 0 = off (a checkpoint is still saved at the end and on a stop signal)
+  bool resume = false;     // continue runs/<name>/ from its latest checkpoint
+  bool overwrite = false;  // replace an existing runs/<name>/ (never by default)
+  double checkpoint_every_s =
+      600.0;  // 0 = off (a checkpoint is still saved at the end and on a stop signal)
   std::int64_t checkpoint_every_steps = 0;  // 0 = off
   std::int64_t keep_checkpoints = 2;        // newest checkpoints kept on disk
-  std::string progress = "auto";           // auto | live | lines (metrics::Progress)
-  std::int64_t progress_every_steps = 50;  // progress line period when the line is not live
-  bool tensorboard = true;                 // TensorBoard event files under <run>/tb/
+  std::string progress = "auto";            // auto | live | lines (metrics::Progress)
+  std::int64_t progress_every_steps = 50;   // progress line period when the line is not live
+  bool tensorboard = true;                  // TensorBoard event files under <run>/tb/
 
   bool operator==(const RunConfig&) const = default;
 };
@@ -55,13 +56,14 @@ struct OptimConfig {
   double momentum = 0.9;
   double rms_decay = 0.9;
   double eps = 1e-8;
-  std::string schedule = "constant";  // constant | exponential | linear_anneal | warmup_constant | warmup_linear_anneal | warmup_exponential
+  std::string schedule = "constant";  // constant | exponential | linear_anneal | warmup_constant |
+                                      // warmup_linear_anneal | warmup_exponential
   double decay_rate = 0.94;           // exponential: lr *= decay_rate every decay_epochs
   double decay_epochs = 2.0;
-  double anneal_epochs = 0.0;         // linear_anneal: over the last E epochs (0 = the whole run)
-  double warmup_epochs = 0.0;         // warmup_*: linear ramp from 0 over this many epochs
+  double anneal_epochs = 0.0;  // linear_anneal: over the last E epochs (0 = the whole run)
+  double warmup_epochs = 0.0;  // warmup_*: linear ramp from 0 over this many epochs
   bool scale_lr_by_n = false;
-  double ema = 0.9999;                // 0 disables the EMA
+  double ema = 0.9999;  // 0 disables the EMA
   double weight_decay = 0.0;
 
   bool operator==(const OptimConfig&) const = default;
@@ -72,10 +74,10 @@ inline constexpr std::int64_t kAuto = -1;
 
 struct TrainConfig {
   Mode mode = Mode::kLocal;  // parsed once from the name (config/mode.hpp)
-  std::int64_t batch = 32;     // per worker
-  std::int64_t steps = 0;      // updates; 0 = use epochs
-  double epochs = 1.0;         // epochs of accepted examples
-  std::int64_t backups = 1;    // b; N = workers - b; kAuto: chosen online (adaptive b)
+  std::int64_t batch = 32;   // per worker
+  std::int64_t steps = 0;    // updates; 0 = use epochs
+  double epochs = 1.0;       // epochs of accepted examples
+  std::int64_t backups = 1;  // b; N = workers - b; kAuto: chosen online (adaptive b)
   std::int64_t softsync_c = 1;
   std::int64_t ssp_bound = 3;
   double timeout_ms = 100.0;
@@ -99,7 +101,8 @@ struct ClusterConfig {
 };
 
 struct StragglerConfig {
-  std::string model = "none";  // none | bernoulli | exponential | lognormal | pareto | fixed | trace
+  std::string model =
+      "none";  // none | bernoulli | exponential | lognormal | pareto | fixed | trace
   std::vector<std::int64_t> workers;
   double prob = 0.0;
   double factor = 1.0;

@@ -55,10 +55,14 @@ std::vector<std::string_view> mode_names() {
 
 int gradients_per_update(Mode mode, int workers, int backups, int softsync_c) {
   switch (traits(mode).n_rule) {
-    case NRule::kOne: return 1;
-    case NRule::kWorkersMinusBackups: return workers - backups;
-    case NRule::kSoftsyncC: return softsync_c;
-    case NRule::kAllRanks: return workers;
+    case NRule::kOne:
+      return 1;
+    case NRule::kWorkersMinusBackups:
+      return workers - backups;
+    case NRule::kSoftsyncC:
+      return softsync_c;
+    case NRule::kAllRanks:
+      return workers;
   }
   return 1;
 }
@@ -67,6 +71,8 @@ double examples_per_update(int n, std::int64_t batch) {
   return static_cast<double>(n) * static_cast<double>(batch);
 }
 
-double lr_multiplier(int n, bool scale_lr_by_n) { return scale_lr_by_n ? static_cast<double>(n) : 1.0; }
+double lr_multiplier(int n, bool scale_lr_by_n) {
+  return scale_lr_by_n ? static_cast<double>(n) : 1.0;
+}
 
 }  // namespace syncopt::config

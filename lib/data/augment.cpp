@@ -16,8 +16,7 @@ void augment_image(float* image, int channels, int height, int width, const Augm
   // the inverse of rotating by theta and zooming by scale; one (theta, scale)
   // for all channels. Both are drawn even when their range is zero, so the
   // rng stream does not depend on the options.
-  const double theta =
-      (2.0 * uniform01(rng) - 1.0) * opt.max_rotate_deg * std::numbers::pi / 180.0;
+  const double theta = (2.0 * uniform01(rng) - 1.0) * opt.max_rotate_deg * std::numbers::pi / 180.0;
   const double scale = 1.0 + (2.0 * uniform01(rng) - 1.0) * opt.max_zoom;
   const std::size_t plane = static_cast<std::size_t>(height) * width;
   scratch.resize(plane * channels);

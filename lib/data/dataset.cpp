@@ -1,5 +1,7 @@
 // Data sets by name (load), train-statistics standardisation, the seeded
 // synthetic set and the portable random draws the data module uses.
+#include "data/dataset.hpp"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "data/dataset.hpp"
 
 namespace syncopt::data {
 
@@ -74,10 +75,12 @@ Dataset make_synthetic(std::int64_t count, int channels, int height, int width, 
                        std::uint64_t seed) {
   // Shapes: prototypes [classes][c*h*w], output images [count][c*h*w].
   if (count < 1 || channels < 1 || height < 1 || width < 1 || classes < 1 || classes > 256)
-    throw ConfigError("make_synthetic: need count, channels, height, width >= 1 and classes in "
-                      "1..256, found count " + std::to_string(count) + ", shape " +
-                      std::to_string(channels) + "x" + std::to_string(height) + "x" +
-                      std::to_string(width) + ", classes " + std::to_string(classes));
+    throw ConfigError(
+        "make_synthetic: need count, channels, height, width >= 1 and classes in "
+        "1..256, found count " +
+        std::to_string(count) + ", shape " + std::to_string(channels) + "x" +
+        std::to_string(height) + "x" + std::to_string(width) + ", classes " +
+        std::to_string(classes));
   Dataset ds;
   ds.name = "synthetic";
   ds.count = count;
@@ -92,9 +95,9 @@ Dataset make_synthetic(std::int64_t count, int channels, int height, int width, 
   // survives the pooling of the CNN as well as being linearly separable.
   // Seeded by the shape only: train and test sets share them.
   constexpr int kBlock = 4;
-  std::mt19937_64 proto_rng(mix_seed(0x5eed'0f'5ca1eULL,
-                                     mix_seed(static_cast<std::uint64_t>(size),
-                                              static_cast<std::uint64_t>(classes))));
+  std::mt19937_64 proto_rng(
+      mix_seed(0x5eed'0f'5ca1eULL,
+               mix_seed(static_cast<std::uint64_t>(size), static_cast<std::uint64_t>(classes))));
   const int grid_h = (height + kBlock - 1) / kBlock, grid_w = (width + kBlock - 1) / kBlock;
   std::vector<double> protos(static_cast<std::size_t>(classes * size));
   std::vector<double> grid(static_cast<std::size_t>(grid_h * grid_w));
@@ -188,7 +191,8 @@ TrainTest load(const LoadOptions& opt) {
     tt.train.name = tt.test.name = opt.name;
   } else if (opt.name == "cifar10") {
     std::vector<std::string> train_paths;
-    for (int b = 1; b <= 5; ++b) train_paths.push_back(opt.path + "/data_batch_" + std::to_string(b) + ".bin");
+    for (int b = 1; b <= 5; ++b)
+      train_paths.push_back(opt.path + "/data_batch_" + std::to_string(b) + ".bin");
     tt.train = read_cifar10(train_paths, opt.limit_train);
     tt.test = read_cifar10({opt.path + "/test_batch.bin"}, opt.limit_test);
   } else if (opt.name == "synthetic") {

@@ -277,8 +277,8 @@ std::int64_t apply_limit(std::int64_t count, std::int64_t limit, const std::stri
 
 }  // namespace
 
-Dataset read_idx(const std::string& images_path, const std::string& labels_path,
-                 std::int64_t limit, int classes) {
+Dataset read_idx(const std::string& images_path, const std::string& labels_path, std::int64_t limit,
+                 int classes) {
   if (classes < 1 || classes > 256)
     throw ConfigError("read_idx: classes must be in 1..256, found " + std::to_string(classes));
   // Both headers first, so a count mismatch is reported before any payload
@@ -315,8 +315,8 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
 
 Dataset read_cifar10(const std::vector<std::string>& batch_paths, std::int64_t limit) {
   if (batch_paths.empty()) throw ConfigError("read_cifar10: no batch files given");
-  const std::int64_t want = apply_limit(std::numeric_limits<std::int64_t>::max(), limit,
-                                        batch_paths.front());
+  const std::int64_t want =
+      apply_limit(std::numeric_limits<std::int64_t>::max(), limit, batch_paths.front());
   Dataset ds;
   ds.name = "cifar10";
   ds.channels = kCifarChannels;

@@ -20,9 +20,12 @@ Role Roles::role_of(int rank) const {
 
 std::string Roles::role_name(int rank) const {
   switch (role_of(rank)) {
-    case Role::kShard: return std::string("ps").append(std::to_string(rank));
-    case Role::kEvaluator: return "eval";
-    case Role::kWorker: return std::string("w").append(std::to_string(worker_of(rank)));
+    case Role::kShard:
+      return std::string("ps").append(std::to_string(rank));
+    case Role::kEvaluator:
+      return "eval";
+    case Role::kWorker:
+      return std::string("w").append(std::to_string(worker_of(rank)));
   }
   return "?";
 }
@@ -50,8 +53,8 @@ std::vector<std::string> check_layout(const config::Config& cfg, int world) {
     return errs;
   }
   if (t.has_backups && cfg.train.backups != config::kAuto && cfg.train.backups >= workers) {
-    errs.push_back("train.backups = " + std::to_string(cfg.train.backups) + " leaves N = " +
-                   std::to_string(workers - cfg.train.backups) + " with " +
+    errs.push_back("train.backups = " + std::to_string(cfg.train.backups) +
+                   " leaves N = " + std::to_string(workers - cfg.train.backups) + " with " +
                    std::to_string(workers) + " workers (world " + std::to_string(world) + " - " +
                    need + "): need backups < workers; lower train.backups or add ranks");
   }
@@ -100,8 +103,7 @@ std::vector<Slice> shard_slices(std::size_t count, int shards) {
 
 std::string describe(const Roles& roles, std::size_t param_count) {
   std::ostringstream os;
-  os << "# layout: mode " << config::mode_name(roles.mode) << ", world " << roles.world
-     << " ranks";
+  os << "# layout: mode " << config::mode_name(roles.mode) << ", world " << roles.world << " ranks";
   if (roles.shards > 0) {
     os << ", " << roles.shards << " parameter-server shard(s), "
        << (roles.evaluator_rank >= 0 ? "1 evaluator, " : "no evaluator, ") << roles.workers
@@ -129,7 +131,9 @@ std::string describe(const Roles& roles, std::size_t param_count) {
         if (r == 0 && roles.evaluator_rank < 0) os << "; evaluates at the end";
         break;
       }
-      case Role::kEvaluator: os << "evaluator (pulls theta and EMA, writes eval.jsonl)"; break;
+      case Role::kEvaluator:
+        os << "evaluator (pulls theta and EMA, writes eval.jsonl)";
+        break;
       case Role::kWorker:
         os << "worker " << roles.worker_of(r) << " (data shard " << roles.worker_of(r) << " of "
            << roles.workers << ")";

@@ -170,45 +170,45 @@ RunAnalysis analyze(const std::vector<StepRecord>& steps, const RunInfo& info) {
   const Counts c = counts(steps, K, info.shards);
 
   RunAnalysis an;
-  an.summary = {
-      {"mode", config::mode_name(info.mode)},
-      {"N", info.n},
-      {"b", info.b},
-      {"S", info.shards},
-      {"workers", info.workers},
-      {"batch", info.batch},
-      {"steps", shard0.size()},
-      {"wall_s", info.wall_s},
-      {"examples", info.examples},
-      {"epochs", info.epochs},
-      // Rates over the training itself (first step's start to last update),
-      // not the wall time, which also holds start-up and a worker finishing
-      // its last step after the end: the rates agree with each other.
-      {"train_s", t.span},
-      {"examples_per_s", t.span > 0 ? static_cast<double>(info.examples) / t.span : 0.0},
-      {"steps_per_s", t.span > 0 ? static_cast<double>(shard0.size()) / t.span : 0.0},
-      {"step_time_p50_s", percentile(t.step, 50)},
-      {"step_time_p90_s", percentile(t.step, 90)},
-      {"step_time_max_s", max_of(t.step)},
-      {"compute_time_p50_s", percentile(t.compute, 50)},
-      {"apply_time_p50_s", percentile(t.apply, 50)},
-      {"drops_per_worker", c.drops0},
-      {"drops_per_worker_all_shards", c.drops_all},
-      {"accepted_per_worker", c.accepted0},
-      {"staleness_mean", mean_of(c.applied_staleness)},
-      {"staleness_max", max_of(c.applied_staleness)},
-      {"staleness_hist_applied", histogram_json(c.hist_applied)},
-      {"staleness_hist_all", histogram_json(c.hist_all)},
-      {"time_to_kth_mean_s", kth_mean},
-      {"time_to_kth_median_s", kth_median},
-      {"time_to_kth_samples", kth_count},
-      {"cross_shard_disagreements", c.disagreements},
-      {"test_loss", info.test_loss},
-      {"test_acc", info.test_acc},
-      {"test_loss_ema", info.test_loss_ema},
-      {"test_acc_ema", info.test_acc_ema}};
+  an.summary = {{"mode", config::mode_name(info.mode)},
+                {"N", info.n},
+                {"b", info.b},
+                {"S", info.shards},
+                {"workers", info.workers},
+                {"batch", info.batch},
+                {"steps", shard0.size()},
+                {"wall_s", info.wall_s},
+                {"examples", info.examples},
+                {"epochs", info.epochs},
+                // Rates over the training itself (first step's start to last update),
+                // not the wall time, which also holds start-up and a worker finishing
+                // its last step after the end: the rates agree with each other.
+                {"train_s", t.span},
+                {"examples_per_s", t.span > 0 ? static_cast<double>(info.examples) / t.span : 0.0},
+                {"steps_per_s", t.span > 0 ? static_cast<double>(shard0.size()) / t.span : 0.0},
+                {"step_time_p50_s", percentile(t.step, 50)},
+                {"step_time_p90_s", percentile(t.step, 90)},
+                {"step_time_max_s", max_of(t.step)},
+                {"compute_time_p50_s", percentile(t.compute, 50)},
+                {"apply_time_p50_s", percentile(t.apply, 50)},
+                {"drops_per_worker", c.drops0},
+                {"drops_per_worker_all_shards", c.drops_all},
+                {"accepted_per_worker", c.accepted0},
+                {"staleness_mean", mean_of(c.applied_staleness)},
+                {"staleness_max", max_of(c.applied_staleness)},
+                {"staleness_hist_applied", histogram_json(c.hist_applied)},
+                {"staleness_hist_all", histogram_json(c.hist_all)},
+                {"time_to_kth_mean_s", kth_mean},
+                {"time_to_kth_median_s", kth_median},
+                {"time_to_kth_samples", kth_count},
+                {"cross_shard_disagreements", c.disagreements},
+                {"test_loss", info.test_loss},
+                {"test_acc", info.test_acc},
+                {"test_loss_ema", info.test_loss_ema},
+                {"test_acc_ema", info.test_acc_ema}};
   // Which time axis the records' times are on (wall, virtual, simulated).
-  an.summary["clock"] = !steps.empty() && !steps.front().clock.empty() ? steps.front().clock : "wall";
+  an.summary["clock"] =
+      !steps.empty() && !steps.front().clock.empty() ? steps.front().clock : "wall";
   return an;
 }
 
@@ -255,16 +255,15 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals)
   const json& s = an.summary;
   std::ostringstream os;
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "mode %s   N = %d   b = %d   shards = %d   workers = %d   batch %lld\n",
-                s["mode"].get<std::string>().c_str(), s["N"].get<int>(), s["b"].get<int>(),
-                s["S"].get<int>(), s["workers"].get<int>(),
-                static_cast<long long>(s["batch"].get<std::int64_t>()));
+  std::snprintf(
+      buf, sizeof(buf), "mode %s   N = %d   b = %d   shards = %d   workers = %d   batch %lld\n",
+      s["mode"].get<std::string>().c_str(), s["N"].get<int>(), s["b"].get<int>(), s["S"].get<int>(),
+      s["workers"].get<int>(), static_cast<long long>(s["batch"].get<std::int64_t>()));
   os << buf;
-  std::snprintf(buf, sizeof(buf),
-                "updates %zu in %.1fs: %.2f steps/s, %.0f examples/s (%.2f epochs)\n",
-                s["steps"].get<std::size_t>(), s["wall_s"].get<double>(),
-                s["steps_per_s"].get<double>(), s["examples_per_s"].get<double>(),
-                s["epochs"].get<double>());
+  std::snprintf(
+      buf, sizeof(buf), "updates %zu in %.1fs: %.2f steps/s, %.0f examples/s (%.2f epochs)\n",
+      s["steps"].get<std::size_t>(), s["wall_s"].get<double>(), s["steps_per_s"].get<double>(),
+      s["examples_per_s"].get<double>(), s["epochs"].get<double>());
   os << buf;
   std::snprintf(buf, sizeof(buf),
                 "step time (s): p50 %.4f  p90 %.4f  max %.4f   worker compute p50 %.4f   "
@@ -322,7 +321,8 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals)
       os << buf;
     }
   }
-  std::snprintf(buf, sizeof(buf), "final test accuracy: theta %.2f%%   EMA %.2f%%   (test loss %.4f)\n",
+  std::snprintf(buf, sizeof(buf),
+                "final test accuracy: theta %.2f%%   EMA %.2f%%   (test loss %.4f)\n",
                 100 * s["test_acc"].get<double>(), 100 * s["test_acc_ema"].get<double>(),
                 s["test_loss"].get<double>());
   os << buf;

@@ -2,18 +2,17 @@
 #include "metrics/records.hpp"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <utility>
 #include <system_error>
-
-#include <spdlog/spdlog.h>
+#include <utility>
 
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
@@ -28,8 +27,8 @@ fs::path create_run_dir(const std::string& dir, const std::string& name, bool ov
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    throw OutputError(ExitCode::kCantCreate, "cannot create run.dir '" + dir + "': " +
-                                                 ec.message() + "; choose another run.dir");
+    throw OutputError(ExitCode::kCantCreate, "cannot create run.dir '" + dir +
+                                                 "': " + ec.message() + "; choose another run.dir");
   }
   if (fs::create_directory(run, ec)) return run;
   if (ec) {
@@ -99,8 +98,10 @@ JsonlWriter JsonlWriter::resume_at(const fs::path& path, std::uint64_t offset) {
 }
 
 JsonlWriter::JsonlWriter(JsonlWriter&& other) noexcept
-    : m_path(std::move(other.m_path)), m_fd(std::exchange(other.m_fd, -1)),
-      m_written(other.m_written), m_buffer(std::move(other.m_buffer)) {}
+    : m_path(std::move(other.m_path)),
+      m_fd(std::exchange(other.m_fd, -1)),
+      m_written(other.m_written),
+      m_buffer(std::move(other.m_buffer)) {}
 
 JsonlWriter::~JsonlWriter() {
   if (m_fd < 0) return;
@@ -145,9 +146,8 @@ void write_file_atomic(const fs::path& path, const std::string& text) {
 }
 
 void write_floats(const fs::path& path, const std::vector<float>& values) {
-  syncopt::write_file_atomic(
-      path, std::string_view(reinterpret_cast<const char*>(values.data()),
-                             values.size() * sizeof(float)));
+  syncopt::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(values.data()),
+                                                    values.size() * sizeof(float)));
 }
 
 double percentile(std::vector<double> values, double p) {

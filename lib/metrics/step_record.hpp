@@ -33,9 +33,9 @@ struct StepRecord {
   double t_start = 0.0;       // run-relative seconds
   double t_apply = 0.0;
   float lr = 0.0f;
-  float loss = 0.0f;          // mean loss of the applied gradients
-  int used = 0;               // gradients averaged
-  int n = 0;                  // train.backups = auto: the N chosen for this update (else 0)
+  float loss = 0.0f;  // mean loss of the applied gradients
+  int used = 0;       // gradients averaged
+  int n = 0;          // train.backups = auto: the N chosen for this update (else 0)
   // The clock of t_start, t_apply and arrival_s: "" (wall, the default,
   // left out of the JSON), "virtual" (train.clock = virtual: modelled
   // finish times) or "simulated" (syncopt simulate).

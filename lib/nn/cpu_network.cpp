@@ -23,12 +23,11 @@
 
 #include <algorithm>
 #include <map>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
-
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "common/error.hpp"
 #include "nn/ops.hpp"
@@ -43,15 +42,22 @@ using Dt = memory::data_type;
 
 Tag plain_tag(std::size_t ndims) {
   switch (ndims) {
-    case 1: return Tag::a;
-    case 2: return Tag::ab;
-    case 3: return Tag::abc;
-    case 4: return Tag::abcd;
-    default: throw InternalError("no plain layout for a tensor of rank " + std::to_string(ndims));
+    case 1:
+      return Tag::a;
+    case 2:
+      return Tag::ab;
+    case 3:
+      return Tag::abc;
+    case 4:
+      return Tag::abcd;
+    default:
+      throw InternalError("no plain layout for a tensor of rank " + std::to_string(ndims));
   }
 }
 
-memory::desc plain_desc(const memory::dims& dims) { return {dims, Dt::f32, plain_tag(dims.size())}; }
+memory::desc plain_desc(const memory::dims& dims) {
+  return {dims, Dt::f32, plain_tag(dims.size())};
+}
 memory::desc any_desc(const memory::dims& dims) { return {dims, Dt::f32, Tag::any}; }
 std::int64_t float_count(const memory& m) {
   return static_cast<std::int64_t>(m.get_desc().get_size() / sizeof(float));
@@ -76,16 +82,16 @@ struct LayerInfo {
   memory::dims in_shape, out_shape;  // without the batch dimension
   bool has_params = false;
   std::int64_t units = 0, fan_in = 0;
-  memory::dims w_dims;  // {O, C, 3, 3}, {O, C, H, W} or {O, I}
+  memory::dims w_dims;                          // {O, C, 3, 3}, {O, C, H, W} or {O, I}
   std::size_t w_off = 0, g_off = 0, b_off = 0;  // "<name>.v" (or .w), ".g", ".b"
   std::vector<float> w_eff, dw, norm;           // weight-norm scratch
 };
 
 struct LayerPlan {
   // Forward.
-  memory src;                        // the primitive's input: t[i], or a reordered copy
-  std::optional<Exec> src_reorder;   // t[i] -> src
-  memory w_plain, w_fwd, bias;       // user-layout weights / primitive layout / bias
+  memory src;                       // the primitive's input: t[i], or a reordered copy
+  std::optional<Exec> src_reorder;  // t[i] -> src
+  memory w_plain, w_fwd, bias;      // user-layout weights / primitive layout / bias
   std::optional<Exec> w_fwd_reorder;
   std::optional<Exec> fwd;
   memory workspace;  // max-pool indices
@@ -147,7 +153,8 @@ struct CpuNetwork::Impl {
     const dnnl::reorder::primitive_desc pd(engine, from.get_desc(), engine, to.get_desc(),
                                            make_attr(false));
     note_scratch(plan, pd);
-    return Exec{dnnl::reorder(pd), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}},
+    return Exec{dnnl::reorder(pd),
+                {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}},
                 what + ": " + pd.impl_info_str()};
   }
 
@@ -160,8 +167,7 @@ struct CpuNetwork::Impl {
     for (LayerPlan& lp : plan.layers) {
       for (auto* e : {&lp.src_reorder, &lp.w_fwd_reorder, &lp.fwd, &lp.w_bwd_reorder, &lp.bwd_data,
                       &lp.diff_src_reorder, &lp.src_w_reorder, &lp.diff_dst_w_reorder,
-                      &lp.bwd_weights,
-                      &lp.dw_reorder}) {
+                      &lp.bwd_weights, &lp.dw_reorder}) {
         if (*e) fn(**e);
       }
     }
@@ -228,9 +234,9 @@ struct CpuNetwork::Impl {
           break;
         }
         case LayerKind::kMaxPool2x2: {
-          const dnnl::pooling_forward::desc d(
-              dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, in.get_desc(),
-              any_desc(out_dims), {2, 2}, {2, 2}, {0, 0}, {0, 0});
+          const dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_training,
+                                              dnnl::algorithm::pooling_max, in.get_desc(),
+                                              any_desc(out_dims), {2, 2}, {2, 2}, {0, 0}, {0, 0});
           lp.pool_pd = dnnl::pooling_forward::primitive_desc(d, attr, engine);
           note_scratch(*plan, lp.pool_pd);
           lp.src = in;
@@ -286,9 +292,8 @@ struct CpuNetwork::Impl {
     };
     auto fast_weights = [&](const dnnl::convolution_forward::primitive_desc& fpd,
                             const memory::desc& src_md, const memory::desc& diff_dst_md) {
-      const dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct,
-                                                        src_md, w_any, b_md, diff_dst_md, one,
-                                                        one, one);
+      const dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct, src_md,
+                                                        w_any, b_md, diff_dst_md, one, one, one);
       return !is_reference(dnnl::convolution_backward_weights::primitive_desc(wd, engine, fpd));
     };
     auto fast_data = [&](const dnnl::convolution_forward::primitive_desc& fpd) {
@@ -299,11 +304,8 @@ struct CpuNetwork::Impl {
       return !is_reference(dnnl::convolution_backward_data::primitive_desc(dd, engine, fpd));
     };
     const std::pair<memory::desc, memory::desc> candidates[] = {
-        {in_md, any_desc(out_dims)},
-        {any_desc(in_dims), any_desc(out_dims)},
-        {in_md, nhwc_out},
-        {nhwc_in, nhwc_out},
-        {in_md, plain_desc(out_dims)},
+        {in_md, any_desc(out_dims)}, {any_desc(in_dims), any_desc(out_dims)}, {in_md, nhwc_out},
+        {nhwc_in, nhwc_out},         {in_md, plain_desc(out_dims)},
     };
     for (const auto& [src_md, dst_md] : candidates) {
       try {
@@ -327,12 +329,9 @@ struct CpuNetwork::Impl {
   // exists (oneDNN's own blocked choice for the 800k-float fc1 weights costs
   // two slow reorders per step; the plain input costs one small activation
   // reorder instead). Then the input as it comes, then oneDNN's choice.
-  dnnl::inner_product_forward::primitive_desc choose_fc(const LayerInfo& info,
-                                                        const memory::desc& in_md,
-                                                        const memory::dims& in_dims,
-                                                        const memory::dims& out_dims,
-                                                        const dnnl::primitive_attr& attr,
-                                                        bool need_data) {
+  dnnl::inner_product_forward::primitive_desc choose_fc(
+      const LayerInfo& info, const memory::desc& in_md, const memory::dims& in_dims,
+      const memory::dims& out_dims, const dnnl::primitive_attr& attr, bool need_data) {
     const memory::desc b_md = plain_desc({info.units});
     const memory::desc w_plain = plain_desc(info.w_dims);
     auto make = [&](const memory::desc& src_md, const memory::desc& w_md) {
@@ -407,10 +406,17 @@ struct CpuNetwork::Impl {
       lp.dw_reorder.reset();
       const bool need_data = i > 0 || input_grad;
       switch (info.spec.kind) {
-        case LayerKind::kConv3x3: build_conv_backward(plan, lp, info, i, need_data); break;
-        case LayerKind::kFc: build_fc_backward(plan, lp, info, i, need_data); break;
-        case LayerKind::kMaxPool2x2: build_pool_backward(plan, lp, i, need_data); break;
-        case LayerKind::kRelu: break;
+        case LayerKind::kConv3x3:
+          build_conv_backward(plan, lp, info, i, need_data);
+          break;
+        case LayerKind::kFc:
+          build_fc_backward(plan, lp, info, i, need_data);
+          break;
+        case LayerKind::kMaxPool2x2:
+          build_pool_backward(plan, lp, i, need_data);
+          break;
+        case LayerKind::kRelu:
+          break;
       }
     }
     if (plan.logits == plan.t[count]) {
@@ -459,9 +465,9 @@ struct CpuNetwork::Impl {
                            {DNNL_ARG_DIFF_BIAS, lp.diff_bias}},
                           name + " bwd weights: " + wpd.impl_info_str()};
     if (need_data) {
-      const dnnl::convolution_backward_data::desc dd(
-          dnnl::algorithm::convolution_direct, fpd.src_desc(), any_desc(info.w_dims),
-          fpd.dst_desc(), one, one, one);
+      const dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct,
+                                                     fpd.src_desc(), any_desc(info.w_dims),
+                                                     fpd.dst_desc(), one, one, one);
       const dnnl::convolution_backward_data::primitive_desc dpd(dd, attr, engine, fpd);
       note_scratch(plan, dpd);
       set_backward_data(plan, lp, info, dpd.weights_desc(), i);
@@ -479,8 +485,8 @@ struct CpuNetwork::Impl {
     const std::string& name = info.spec.name;
     const auto& fpd = lp.ip_pd;
     // Same weights layout as the forward (plain when choose_fc could).
-    const dnnl::inner_product_backward_weights::desc wd(
-        fpd.src_desc(), fpd.weights_desc(), plain_desc({info.units}), fpd.dst_desc());
+    const dnnl::inner_product_backward_weights::desc wd(fpd.src_desc(), fpd.weights_desc(),
+                                                        plain_desc({info.units}), fpd.dst_desc());
     const dnnl::inner_product_backward_weights::primitive_desc wpd(wd, attr, engine, fpd);
     note_scratch(plan, wpd);
     set_weight_grads(plan, lp, info, wpd.diff_weights_desc());
@@ -508,8 +514,7 @@ struct CpuNetwork::Impl {
     const dnnl::primitive_attr attr = make_attr(false);
     if (!need_data) return;
     const dnnl::pooling_backward::desc bd(dnnl::algorithm::pooling_max, plan.t[i].get_desc(),
-                                          lp.pool_pd.dst_desc(), {2, 2}, {2, 2}, {0, 0},
-                                          {0, 0});
+                                          lp.pool_pd.dst_desc(), {2, 2}, {2, 2}, {0, 0}, {0, 0});
     const dnnl::pooling_backward::primitive_desc bpd(bd, attr, engine, lp.pool_pd);
     note_scratch(plan, bpd);
     lp.bwd_data = Exec{dnnl::pooling_backward(bpd),

@@ -14,7 +14,6 @@
 
 namespace syncopt::nn::cpu {
 
-
 class CpuNetwork final : public Network {
  public:
   // threads: OpenMP threads for oneDNN and the loops (0: leave the OpenMP
@@ -24,8 +23,8 @@ class CpuNetwork final : public Network {
   CpuNetwork(const CpuNetwork&) = delete;
   CpuNetwork& operator=(const CpuNetwork&) = delete;
 
-  float train_step(const float* params, const float* images, const std::int32_t* labels,
-                   int batch, float* grad) override;
+  float train_step(const float* params, const float* images, const std::int32_t* labels, int batch,
+                   float* grad) override;
   // train_step that also writes dL/dimages [batch, C, H, W] into input_grad
   // (for the layer-wise gradient checks; the trainer never needs it).
   float train_step_with_input_grad(const float* params, const float* images,

@@ -9,6 +9,8 @@
 //   cnn:    conv1(32) relu pool, conv2(64) relu pool, fc1(256) relu, fc2(classes)
 //   mlp:    fc1(mlp_hidden) relu, fc2(classes)
 //   logreg: fc1(classes)
+#include "nn/model.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <numbers>
@@ -17,7 +19,6 @@
 #include <string>
 
 #include "common/error.hpp"
-#include "nn/model.hpp"
 
 namespace syncopt::nn {
 
@@ -169,7 +170,8 @@ class Normal {
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -237,10 +239,18 @@ std::string model_summary(const ModelSpec& spec) {
     std::string what;
     std::size_t count = 0;
     switch (l.kind) {
-      case LayerKind::kConv3x3: what = "conv3x3 pad 1"; break;
-      case LayerKind::kMaxPool2x2: what = "maxpool 2x2"; break;
-      case LayerKind::kFc: what = "fc"; break;
-      case LayerKind::kRelu: what = "relu"; break;
+      case LayerKind::kConv3x3:
+        what = "conv3x3 pad 1";
+        break;
+      case LayerKind::kMaxPool2x2:
+        what = "maxpool 2x2";
+        break;
+      case LayerKind::kFc:
+        what = "fc";
+        break;
+      case LayerKind::kRelu:
+        what = "relu";
+        break;
     }
     if (l.relu) what += " + relu";
     for (const ParamView& v : layout.views) {

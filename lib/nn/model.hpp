@@ -30,7 +30,7 @@ struct ParamView {
 
 struct ParamLayout {
   std::vector<ParamView> views;
-  std::size_t count = 0;  // total floats
+  std::size_t count = 0;                                 // total floats
   const ParamView& find(const std::string& name) const;  // throws InternalError if absent
 };
 

@@ -13,8 +13,7 @@ constexpr std::uint64_t kSettle = 2;
 }  // namespace
 
 AdaptiveN::AdaptiveN(int workers, int initial_n, int window, double min_gain)
-    : m_workers(workers), m_live(workers), m_n(initial_n), m_window(window),
-      m_min_gain(min_gain) {}
+    : m_workers(workers), m_live(workers), m_n(initial_n), m_window(window), m_min_gain(min_gain) {}
 
 void AdaptiveN::on_arrival(std::uint64_t version, double arrival_s) {
   m_open[version].push_back(arrival_s);
@@ -51,8 +50,8 @@ std::vector<double> AdaptiveN::rates() const {
     double sum = 0.0;
     for (const auto& a : m_complete) {
       sum += static_cast<int>(a.size()) >= k ? a[static_cast<std::size_t>(k - 1)]
-             : a.empty()                    ? 0.0
-                                            : 2.0 * a.back();
+             : a.empty()                     ? 0.0
+                                             : 2.0 * a.back();
     }
     const double t = sum / static_cast<double>(m_complete.size()) + c;
     out[static_cast<std::size_t>(k - 1)] = t > 0.0 ? k / t : 0.0;

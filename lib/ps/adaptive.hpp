@@ -46,7 +46,7 @@ class AdaptiveN {
   int m_workers, m_live, m_n, m_window;
   double m_min_gain;
   std::map<std::uint64_t, std::vector<double>> m_open;  // version -> arrivals so far
-  std::deque<std::vector<double>> m_complete;            // sorted arrivals of the last versions
+  std::deque<std::vector<double>> m_complete;           // sorted arrivals of the last versions
   std::deque<double> m_overhead;
   std::uint64_t m_applied = 0;
 };

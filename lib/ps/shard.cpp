@@ -1,10 +1,10 @@
 // The parameter-server shard loop (see shard.hpp and DESIGN.md §3, §4, §10).
 #include "ps/shard.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/protocol.hpp"
@@ -28,24 +28,33 @@ bool all_finite(const std::vector<float>& v) {
 }  // namespace
 
 Shard::Shard(const ShardSetup& st)
-    : m_st(st), m_cfg(*st.cfg), m_roles(*st.roles), m_self(st.shard), m_workers(st.roles->workers),
-      m_count(st.slice.count), m_has_eval(st.roles->evaluator_rank >= 0),
+    : m_st(st),
+      m_cfg(*st.cfg),
+      m_roles(*st.roles),
+      m_self(st.shard),
+      m_workers(st.roles->workers),
+      m_count(st.slice.count),
+      m_has_eval(st.roles->evaluator_rank >= 0),
       m_use_ema(st.cfg->optim.ema > 0.0),
       m_agree(st.roles->shards > 1 && config::traits(st.roles->mode).versioned &&
               st.cfg->train.clock != "virtual" && st.cfg->train.agree_shards),
       m_core(st.roles->mode, st.roles->workers, st.roles->n, st.slice.count,
              st.cfg->train.timeout_ms / 1000.0, st.cfg->train.ssp_bound),
-      m_theta(st.initial, st.initial + st.slice.count), m_mean(st.slice.count),
+      m_theta(st.initial, st.initial + st.slice.count),
+      m_mean(st.slice.count),
       m_opt(optim::optimizer_options(st.cfg->optim), st.slice.count),
       m_ema(m_use_ema ? st.cfg->optim.ema : 0.0, m_theta.data(), st.slice.count),
       // Adaptive b: the lr is scaled by the N of each update, not a fixed one.
       m_sched(optim::schedule_options(st.cfg->optim, st.plan->total_epochs,
                                       st.roles->adaptive ? 1.0 : st.plan->lr_multiplier)),
-      m_data_sends(st.data_comm), m_ctrl_sends(st.ctrl_comm),
-      m_pending(static_cast<std::size_t>(m_workers)), m_done(static_cast<std::size_t>(m_workers), 0),
+      m_data_sends(st.data_comm),
+      m_ctrl_sends(st.ctrl_comm),
+      m_pending(static_cast<std::size_t>(m_workers)),
+      m_done(static_cast<std::size_t>(m_workers), 0),
       m_dead(static_cast<std::size_t>(m_workers), 0),
       m_flag(static_cast<std::size_t>(m_workers), 0),
-      m_last_seq(static_cast<std::size_t>(m_workers), 0), m_eval_done(!m_has_eval),
+      m_last_seq(static_cast<std::size_t>(m_workers), 0),
+      m_eval_done(!m_has_eval),
       m_rng(st.cfg->run.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(st.shard)) {
   std::vector<int> peers;
   for (int w = 0; w < m_workers; ++w) {
@@ -62,7 +71,8 @@ Shard::Shard(const ShardSetup& st)
     peers.push_back(s);
     // Shard 0 hears the others' SAVED and STOP_REQUEST; they hear its CHECKPOINT.
     if (m_self == 0) {
-      m_shard_slot[static_cast<std::size_t>(s)] = m_recvs.add(s, comm::kTagToShard, st.ctrl_comm, 0);
+      m_shard_slot[static_cast<std::size_t>(s)] =
+          m_recvs.add(s, comm::kTagToShard, st.ctrl_comm, 0);
     } else if (s == 0) {
       m_shard_slot[0] = m_recvs.add(0, comm::kTagCommand, st.ctrl_comm, 0);
     }
@@ -77,8 +87,8 @@ Shard::Shard(const ShardSetup& st)
   }
   if (m_agree && m_self != 0) {
     m_core.follow_leader();
-    m_decision_slot = m_recvs.add(0, comm::kTagDecision, st.ctrl_comm,
-                                  static_cast<std::size_t>(m_workers));
+    m_decision_slot =
+        m_recvs.add(0, comm::kTagDecision, st.ctrl_comm, static_cast<std::size_t>(m_workers));
   }
   if (st.resume != nullptr) restore(*st.resume);
   m_last_checkpoint_s = now;
@@ -170,9 +180,11 @@ bool Shard::receive() {
 // A follower: shard 0's choice of workers for one version.
 void Shard::on_decision(int bytes) {
   const comm::MsgHeader& h = m_recvs.message(m_decision_slot).header();
-  const std::string err = comm::check_header(
-      h, {0, {Kind::kDecision}, static_cast<std::uint32_t>(m_self),
-          static_cast<std::size_t>(m_workers), bytes});
+  const std::string err = comm::check_header(h, {0,
+                                                 {Kind::kDecision},
+                                                 static_cast<std::uint32_t>(m_self),
+                                                 static_cast<std::size_t>(m_workers),
+                                                 bytes});
   if (!err.empty()) protocol_error(err);
   const float* p = m_recvs.message(m_decision_slot).payload();
   std::vector<int> workers(p, p + h.count);
@@ -238,7 +250,9 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
   const std::string err = comm::check_header(
       h, {static_cast<std::uint32_t>(m_roles.worker_rank(w)),
           {Kind::kGrad, Kind::kPull, Kind::kCtrl, Kind::kSaved, Kind::kStopRequest},
-          static_cast<std::uint32_t>(m_self), m_count, bytes});
+          static_cast<std::uint32_t>(m_self),
+          m_count,
+          bytes});
   if (!err.empty()) protocol_error(err);
   const auto kind = static_cast<Kind>(h.kind);
   const auto wi = static_cast<std::size_t>(w);
@@ -308,15 +322,15 @@ void Shard::apply_one() {
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
   metrics::StepRecord rec = m_core.apply(m_mean.data(), m_st.clock->now());
   // Adaptive b: the lr follows the N this update averages (scale_lr_by_n).
-  const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) *
-                                     (m_roles.adaptive ? rec.used : 1));
+  const auto lr =
+      static_cast<float>(optim::learning_rate(m_sched, epoch) * (m_roles.adaptive ? rec.used : 1));
   if (m_agree && m_self == 0) send_decision(rec);
   if (!std::isfinite(rec.loss) || !all_finite(m_mean)) {
     // Nothing non-finite is applied or saved: the last checkpoint stays.
     finish(ExitCode::kInternal, "failed",
-           "training diverged: the mean loss of update " + std::to_string(rec.step) +
-               " at shard " + std::to_string(m_self) + " is " + std::to_string(rec.loss) +
-               " (lr " + std::to_string(lr) +
+           "training diverged: the mean loss of update " + std::to_string(rec.step) + " at shard " +
+               std::to_string(m_self) + " is " + std::to_string(rec.loss) + " (lr " +
+               std::to_string(lr) +
                "); nothing non-finite was saved, the last checkpoint is kept. Lower optim.lr "
                "(asynchronous modes need a smaller one than sync: each update is one worker's "
                "batch, and stale)");
@@ -452,8 +466,7 @@ void Shard::finish(ExitCode code, const std::string& status, const std::string& 
   if (code != ExitCode::kOk && code != ExitCode::kPreempted) spdlog::error("{}", detail);
   if (m_has_eval) notify_evaluator();
   // A failure found here ends the run everywhere: shard 0 decides for all.
-  if (m_self != 0 && code != ExitCode::kOk && code != ExitCode::kPreempted &&
-      m_watch->alive(0)) {
+  if (m_self != 0 && code != ExitCode::kOk && code != ExitCode::kPreempted && m_watch->alive(0)) {
     auto h = comm::make_header(Kind::kStopRequest, m_self, 0);
     h.code = static_cast<std::uint32_t>(code);
     m_ctrl_sends.send(comm::make_message(0, h), 0, comm::kTagToShard);
@@ -498,8 +511,8 @@ void Shard::check_liveness() {
       continue;
     }
     const bool evaluator = rank == m_roles.evaluator_rank;
-    const std::string who = (evaluator ? "the evaluator, " : "shard " + std::to_string(rank) + ", ") +
-                            rank_name(rank);
+    const std::string who =
+        (evaluator ? "the evaluator, " : "shard " + std::to_string(rank) + ", ") + rank_name(rank);
     spdlog::error("{} has been silent for {:.0f}s (cluster.dead_after_s): it is dead", who,
                   now - m_watch->last_heard(rank));
     if (evaluator) {
@@ -516,7 +529,8 @@ void Shard::check_liveness() {
       m_final_saved = true;
     }
     finish(ExitCode::kUnavailable, "failed",
-           who + " is dead (silent for " + std::to_string(static_cast<int>(now - m_watch->last_heard(rank))) +
+           who + " is dead (silent for " +
+               std::to_string(static_cast<int>(now - m_watch->last_heard(rank))) +
                "s): the run cannot go on without it");
   }
 }
@@ -548,17 +562,20 @@ void Shard::lose_worker(int w, double now) {
     m_core.set_n(m_adaptive->n());
   }
   if (m_self == 0) {
-    spdlog::warn("worker {} ({}) has been silent for {:.0f}s at step {}: excluded, {} of {} "
-                 "workers live, {} needed",
-                 w, rank_name(rank), silent, m_core.version(), live, m_workers, workers_needed());
+    spdlog::warn(
+        "worker {} ({}) has been silent for {:.0f}s at step {}: excluded, {} of {} "
+        "workers live, {} needed",
+        w, rank_name(rank), silent, m_core.version(), live, m_workers, workers_needed());
   }
   if (!m_finished && live < workers_needed()) {
     std::string lost;
-    for (const auto& l : m_lost) lost += (lost.empty() ? "" : ", ") + rank_name(l["rank"].get<int>());
+    for (const auto& l : m_lost)
+      lost += (lost.empty() ? "" : ", ") + rank_name(l["rank"].get<int>());
     finish(ExitCode::kUnavailable, "failed",
            "only " + std::to_string(live) + " of " + std::to_string(m_workers) +
                " workers are alive and this mode needs " + std::to_string(workers_needed()) +
-               " (lost: " + lost + "); the run cannot go on. A checkpoint is saved: resume with "
+               " (lost: " + lost +
+               "); the run cannot go on. A checkpoint is saved: resume with "
                "replacement ranks and --set run.resume=true");
   }
 }
@@ -679,9 +696,10 @@ void Shard::on_checkpoint_command(const comm::MsgHeader& h) {
   if ((h.flags & comm::kFlagFinal) != 0) {
     m_final_saved = true;
     const auto code = static_cast<ExitCode>(h.code);
-    finish(code, code == ExitCode::kOk ? "completed"
-                 : code == ExitCode::kPreempted ? "stopped"
-                                                : "failed",
+    finish(code,
+           code == ExitCode::kOk          ? "completed"
+           : code == ExitCode::kPreempted ? "stopped"
+                                          : "failed",
            "shard 0 ended the run");
   }
 }
@@ -738,10 +756,9 @@ checkpoint::State Shard::part_state() const {
 void Shard::restore(const checkpoint::State& s) {
   const auto& theta = s.get<std::vector<float>>("theta");
   if (theta.size() != m_count) {
-    throw ConfigError(s.field_error("theta", "a slice of " + std::to_string(theta.size()) +
-                                                 " parameters; this shard has " +
-                                                 std::to_string(m_count) +
-                                                 ": resume with the same model and cluster.ps"));
+    throw ConfigError(s.field_error(
+        "theta", "a slice of " + std::to_string(theta.size()) + " parameters; this shard has " +
+                     std::to_string(m_count) + ": resume with the same model and cluster.ps"));
   }
   m_theta = theta;
   m_opt.restore(s.child("optim"));

@@ -19,12 +19,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/state.hpp"
 #include "comm/liveness.hpp"
@@ -53,13 +52,13 @@ struct ShardSetup {
   const float* initial = nullptr;  // the slice's initial parameters
   MPI_Comm data_comm = MPI_COMM_NULL;
   MPI_Comm ctrl_comm = MPI_COMM_NULL;
-  MPI_Comm live_comm = MPI_COMM_NULL;  // heartbeats alone
+  MPI_Comm live_comm = MPI_COMM_NULL;     // heartbeats alone
   const RunClock* clock = nullptr;        // run-relative seconds
   metrics::StepLog* steps_log = nullptr;  // where this shard's step records go
   // Shard 0 without an evaluator rank: eval.jsonl, whose length a checkpoint records.
   metrics::JsonlWriter* eval_file = nullptr;
-  std::filesystem::path run_dir;               // checkpoints go below it
-  const checkpoint::State* resume = nullptr;   // this shard's part of the checkpoint resumed
+  std::filesystem::path run_dir;              // checkpoints go below it
+  const checkpoint::State* resume = nullptr;  // this shard's part of the checkpoint resumed
   // Called after every update (the progress line on rank 0).
   std::function<void(std::uint64_t step, std::uint64_t examples, float loss)> on_update;
   // Called after every update but the last with the full slice of theta and
@@ -165,7 +164,7 @@ class Shard {
   // Receives: slot w for worker w, then the evaluator, then the other shards.
   comm::RecvSlots m_recvs;
   int m_eval_slot = -1;
-  int m_decision_slot = -1;  // a follower's receive of shard 0's decisions
+  int m_decision_slot = -1;       // a follower's receive of shard 0's decisions
   std::vector<int> m_shard_slot;  // per shard rank (-1 for this one)
   comm::SendQueue m_data_sends, m_ctrl_sends;
   std::vector<comm::SharedMessage> m_snapshots;  // published versions, reused once free
@@ -173,10 +172,10 @@ class Shard {
   comm::SharedMessage m_stop;                    // STOP, built once at the end
   std::unique_ptr<comm::Watch> m_watch;
 
-  std::vector<Pending> m_pending;     // a worker's request waiting for an answer
-  std::vector<char> m_done;           // worker said goodbye
-  std::vector<char> m_dead;           // worker found dead
-  std::vector<std::uint64_t> m_flag;  // checkpoint step to flag in the next answer (0: none)
+  std::vector<Pending> m_pending;         // a worker's request waiting for an answer
+  std::vector<char> m_done;               // worker said goodbye
+  std::vector<char> m_dead;               // worker found dead
+  std::vector<std::uint64_t> m_flag;      // checkpoint step to flag in the next answer (0: none)
   std::vector<std::uint64_t> m_last_seq;  // last gradient seen per worker
   bool m_eval_done;
   bool m_eval_waiting = false;

@@ -12,9 +12,15 @@ using config::Mode;
 
 ShardCore::ShardCore(Mode mode, int workers, int n, std::size_t count, double timeout_s,
                      std::int64_t ssp_bound)
-    : m_mode(mode), m_versioned(config::traits(mode).versioned), m_workers(workers), m_n(n),
-      m_count(count), m_timeout_s(timeout_s), m_ssp_bound(ssp_bound),
-      m_drops(static_cast<std::size_t>(workers), 0), m_clock(static_cast<std::size_t>(workers), 0),
+    : m_mode(mode),
+      m_versioned(config::traits(mode).versioned),
+      m_workers(workers),
+      m_n(n),
+      m_count(count),
+      m_timeout_s(timeout_s),
+      m_ssp_bound(ssp_bound),
+      m_drops(static_cast<std::size_t>(workers), 0),
+      m_clock(static_cast<std::size_t>(workers), 0),
       m_retired(static_cast<std::size_t>(workers), 0) {
   if (!config::traits(mode).uses_ps) {
     throw InternalError("ShardCore for train.mode = \"" + std::string(config::mode_name(mode)) +
@@ -109,7 +115,8 @@ std::vector<int> ShardCore::choose_deferred() const {
     if (m_contributed[static_cast<std::size_t>(w)]) order.push_back(w);
   }
   std::sort(order.begin(), order.end(), [&](int a, int b) {
-    const double ta = m_vtime[static_cast<std::size_t>(a)], tb = m_vtime[static_cast<std::size_t>(b)];
+    const double ta = m_vtime[static_cast<std::size_t>(a)],
+                 tb = m_vtime[static_cast<std::size_t>(b)];
     return ta != tb ? ta < tb : a < b;
   });
   std::size_t take = std::min<std::size_t>(order.size(), static_cast<std::size_t>(m_n));
@@ -135,8 +142,8 @@ bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, fl
     // Fresh, first from this worker in this step, and among the first N;
     // a leader also wants it fresh on every shard (a worker that started,
     // or was answered, between two shards' versions is stale on one).
-    const bool fresh = version == m_version && (!m_leader || oldest == kEveryShard ||
-                                                oldest >= version);
+    const bool fresh =
+        version == m_version && (!m_leader || oldest == kEveryShard || oldest >= version);
     const bool accept = fresh && !m_contributed[w] && m_used < m_n;
     record(worker, version, accept, staleness, compute_s, loss, now, seq);
     if (!accept) return false;
@@ -174,14 +181,18 @@ bool ShardCore::ready(double now) const {
     return in > 0;
   }
   switch (m_mode) {
-    case Mode::kSync: return m_used == m_n;
+    case Mode::kSync:
+      return m_used == m_n;
     case Mode::kTimeout:
       return m_used == m_n || (m_used >= 1 && now - m_first_accept >= m_timeout_s);
-    case Mode::kSoftsync: return m_used >= m_n;
+    case Mode::kSoftsync:
+      return m_used >= m_n;
     case Mode::kAsync:
-    case Mode::kSsp: return m_used >= 1;
+    case Mode::kSsp:
+      return m_used >= 1;
     case Mode::kLocal:
-    case Mode::kAllreduce: break;
+    case Mode::kAllreduce:
+      break;
   }
   return false;
 }
@@ -212,8 +223,9 @@ StepRecord ShardCore::apply(float* mean, double now) {
         loss += g.loss;
       }
     }
-    std::stable_sort(m_current.grads.begin(), m_current.grads.end(),
-                     [](const GradRecord& a, const GradRecord& b) { return a.arrival_s < b.arrival_s; });
+    std::stable_sort(
+        m_current.grads.begin(), m_current.grads.end(),
+        [](const GradRecord& a, const GradRecord& b) { return a.arrival_s < b.arrival_s; });
     m_used = static_cast<int>(chosen.size());
     m_loss_sum = loss;
     if (m_virtual) now = m_step_start + last + m_apply_s;
@@ -288,10 +300,9 @@ void ShardCore::restore(const checkpoint::State& s) {
   const auto& drops = s.get<std::vector<std::int64_t>>("drops");
   const auto& clocks = s.get<std::vector<std::int64_t>>("clocks");
   if (drops.size() != m_drops.size() || clocks.size() != m_clock.size()) {
-    throw ConfigError(s.field_error("drops", "a checkpoint of " + std::to_string(drops.size()) +
-                                                 " workers; this run has " +
-                                                 std::to_string(m_drops.size()) +
-                                                 ": resume with the same number of ranks"));
+    throw ConfigError(s.field_error(
+        "drops", "a checkpoint of " + std::to_string(drops.size()) + " workers; this run has " +
+                     std::to_string(m_drops.size()) + ": resume with the same number of ranks"));
   }
   m_version = s.get<std::uint64_t>("version");
   m_drops = drops;

@@ -12,8 +12,12 @@ namespace {
 class HostReplica final : public Replica {
  public:
   HostReplica(nn::Network& net, const float* init, std::size_t count, const ReplicaOptions& opt)
-      : m_net(net), m_theta(init, init + count), m_grad(count), m_opt(opt.optim, count),
-        m_use_ema(opt.ema_decay > 0.0), m_ema(opt.ema_decay, init, m_use_ema ? count : 0) {}
+      : m_net(net),
+        m_theta(init, init + count),
+        m_grad(count),
+        m_opt(opt.optim, count),
+        m_use_ema(opt.ema_decay > 0.0),
+        m_ema(opt.ema_decay, init, m_use_ema ? count : 0) {}
 
   std::size_t count() const override { return m_theta.size(); }
 

@@ -1,10 +1,10 @@
 // The allreduce loop (see allreduce.hpp).
 #include "train/allreduce.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/mpi.hpp"
@@ -24,8 +24,8 @@ struct Report {
   double ready_s = 0.0;    // when its gradient was ready (its "arrival")
   double compute_s = 0.0;  // pure compute
   double loss = 0.0;
-  double stop_signal = 0.0;      // a stop signal this rank received, or 0
-  double checkpoint_due = 0.0;   // rank 0: time for a periodic checkpoint
+  double stop_signal = 0.0;     // a stop signal this rank received, or 0
+  double checkpoint_due = 0.0;  // rank 0: time for a periodic checkpoint
 };
 constexpr int kReportDoubles = 5;
 
@@ -58,13 +58,16 @@ class AllreduceTrainer {
 };
 
 AllreduceTrainer::AllreduceTrainer(const AllreduceSetup& st)
-    : m_st(st), m_cfg(*st.cfg), m_workers(st.roles->workers),
+    : m_st(st),
+      m_cfg(*st.cfg),
+      m_workers(st.roles->workers),
       m_batch(static_cast<int>(st.cfg->train.batch)),
       m_loader(*st.train, m_batch, st.cfg->run.seed, st.rank, st.roles->workers,
                st.cfg->data.augment, augment_options(*st.cfg)),
-      m_sched(optim::schedule_options(st.cfg->optim, st.plan->total_epochs,
-                                      st.plan->lr_multiplier)),
-      m_timer(st.cfg->eval), m_all(static_cast<std::size_t>(m_workers)) {
+      m_sched(
+          optim::schedule_options(st.cfg->optim, st.plan->total_epochs, st.plan->lr_multiplier)),
+      m_timer(st.cfg->eval),
+      m_all(static_cast<std::size_t>(m_workers)) {
   static_assert(sizeof(Report) == kReportDoubles * sizeof(double));
 }
 
@@ -76,9 +79,10 @@ AllreduceResult AllreduceTrainer::run() {
       out.diverged = m_diverged;
       break;
     }
-    const auto stop = std::max_element(m_all.begin(), m_all.end(), [](const Report& a, const Report& b) {
-      return a.stop_signal < b.stop_signal;
-    })->stop_signal;
+    const auto stop =
+        std::max_element(m_all.begin(), m_all.end(), [](const Report& a, const Report& b) {
+          return a.stop_signal < b.stop_signal;
+        })->stop_signal;
     const bool last = k == m_st.plan->total_steps;
     if (stop != 0.0 && !last) {
       out.stop_signal = static_cast<int>(stop);
@@ -156,17 +160,17 @@ void AllreduceTrainer::record(std::uint64_t k, double t_start, float lr) {
   double loss_sum = 0.0;
   for (int w = 0; w < m_workers; ++w) {
     const Report& r = m_all[static_cast<std::size_t>(w)];
-    rec.grads.push_back({w, r.ready_s, k - 1, true, 0, r.compute_s, static_cast<float>(r.loss), k - 1});
+    rec.grads.push_back(
+        {w, r.ready_s, k - 1, true, 0, r.compute_s, static_cast<float>(r.loss), k - 1});
     loss_sum += r.loss;
   }
   rec.loss = static_cast<float>(loss_sum / m_workers);
   rec.t_apply = clock.now();
   m_st.steps_log->write(rec);
   const double now = clock.now();
-  m_st.progress->update(static_cast<std::int64_t>(k),
-                        static_cast<double>(m_examples) / m_st.plan->train_count,
-                        loss_sum / m_workers, static_cast<double>(m_examples) / std::max(1e-9, now),
-                        now);
+  m_st.progress->update(
+      static_cast<std::int64_t>(k), static_cast<double>(m_examples) / m_st.plan->train_count,
+      loss_sum / m_workers, static_cast<double>(m_examples) / std::max(1e-9, now), now);
   if (k != m_st.plan->total_steps && m_timer.due(k, now)) {
     m_theta.resize(m_st.replica->count());
     m_ema.resize(m_st.replica->count());

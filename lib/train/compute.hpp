@@ -1,8 +1,8 @@
 // How a rank gets its compute, handed to the trainers by the app: the
 // backend that runs the model, the replica that holds a whole model's
-// training state, and the reducer that averages gradients in allreduce mode. lib/ only knows the CPU ones; the one factory that also
-// knows CUDA lives in apps/syncopt/platform.cpp, so lib/ never depends on
-// cuda/.
+// training state, and the reducer that averages gradients in allreduce mode. lib/ only knows the
+// CPU ones; the one factory that also knows CUDA lives in apps/syncopt/platform.cpp, so lib/ never
+// depends on cuda/.
 #pragma once
 
 #include <mpi.h>
@@ -26,9 +26,8 @@ struct Compute {
   std::function<std::unique_ptr<comm::Reducer>(MPI_Comm comm)> make_reducer;
   // The replica (θ, gradient, optimiser, EMA) of a rank that trains the
   // whole model, on `net` of this compute's backend (local, allreduce).
-  std::function<std::unique_ptr<replica::Replica>(nn::Network& net, const float* init,
-                                                  std::size_t count,
-                                                  const replica::ReplicaOptions& opt)>
+  std::function<std::unique_ptr<replica::Replica>(
+      nn::Network& net, const float* init, std::size_t count, const replica::ReplicaOptions& opt)>
       make_replica;
   // Where a rank with this node-local rank computes, for --dry-run.
   std::function<std::string(int local_rank)> describe;

@@ -17,7 +17,7 @@ namespace syncopt::train {
 
 struct DistributedResult {
   std::filesystem::path run_dir;
-  Outcome outcome;  // this rank's view of how the run ended (its exit code)
+  Outcome outcome;     // this rank's view of how the run ended (its exit code)
   std::string report;  // rank 0: the end-of-run report text
   // Ranks this rank found dead (silent past cluster.dead_after_s), and every
   // rank's host and pid: the caller ends stopped ones on this node and does

@@ -1,11 +1,11 @@
 // The evaluator rank's loop (see evaluator.hpp).
 #include "train/evaluator.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <limits>
 #include <memory>
-
-#include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/liveness.hpp"
@@ -56,9 +56,14 @@ class Evaluator {
 };
 
 Evaluator::Evaluator(const EvaluatorSetup& st)
-    : m_st(st), m_shards(st.roles->shards), m_self(st.roles->evaluator_rank),
-      m_sends(st.ctrl_comm), m_theta(st.param_count), m_ema(st.param_count),
-      m_next_time(st.cfg->eval.every_s), m_timer(st.cfg->eval) {
+    : m_st(st),
+      m_shards(st.roles->shards),
+      m_self(st.roles->evaluator_rank),
+      m_sends(st.ctrl_comm),
+      m_theta(st.param_count),
+      m_ema(st.param_count),
+      m_next_time(st.cfg->eval.every_s),
+      m_timer(st.cfg->eval) {
   const auto& e = st.cfg->eval;
   m_want = e.every_steps > 0 ? static_cast<std::uint64_t>(e.every_steps)
            : e.every_s > 0.0 ? 0
@@ -133,8 +138,7 @@ std::vector<comm::RecvSlots::Done> Evaluator::poll() {
 // Shard 0 asks for this rank's part of a checkpoint: where eval.jsonl ends.
 void Evaluator::on_command(const comm::MsgHeader& h) {
   const std::string err = comm::check_header(
-      h, {0, {Kind::kCheckpoint}, static_cast<std::uint32_t>(0), 0,
-          comm::Message::wire_bytes(0)});
+      h, {0, {Kind::kCheckpoint}, static_cast<std::uint32_t>(0), 0, comm::Message::wire_bytes(0)});
   if (!err.empty()) throw InternalError("evaluator rejected a " + err);
   if ((h.flags & comm::kFlagFinal) != 0) {
     m_final_seen = true;
@@ -179,9 +183,11 @@ bool Evaluator::pull() {
       const int s = d.slot;
       const auto& m = m_recvs.message(s);
       const auto& sl = m_st.slices[static_cast<std::size_t>(s)];
-      const std::string err = comm::check_header(
-          m.header(), {static_cast<std::uint32_t>(s), {Kind::kParams},
-                       static_cast<std::uint32_t>(s), 2 * sl.count, d.bytes});
+      const std::string err = comm::check_header(m.header(), {static_cast<std::uint32_t>(s),
+                                                              {Kind::kParams},
+                                                              static_cast<std::uint32_t>(s),
+                                                              2 * sl.count,
+                                                              d.bytes});
       if (!err.empty()) throw InternalError("evaluator rejected a " + err);
       std::copy_n(m.payload(), sl.count, m_theta.begin() + static_cast<std::ptrdiff_t>(sl.offset));
       std::copy_n(m.payload() + sl.count, sl.count,

@@ -1,12 +1,12 @@
 // The single-process training loop (see local.hpp).
 #include "train/local.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint.hpp"
 #include "common/clock.hpp"
@@ -83,7 +83,7 @@ class LocalTrainer {
   EvalTimer m_timer;
   std::vector<float> m_theta, m_ema;  // host copies, when needed
   std::uint64_t m_step = 0;           // updates done
-  double m_eval_s = 0.0;  // time spent evaluating, excluded from throughput
+  double m_eval_s = 0.0;              // time spent evaluating, excluded from throughput
   double m_loss_avg = 0.0;
   double m_last_checkpoint_s = 0.0;
   std::uint64_t m_examples = 0;
@@ -91,13 +91,16 @@ class LocalTrainer {
 
 // Everything that can fail on input happens before any output exists.
 LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bool quiet)
-    : m_cfg(cfg), m_batch(static_cast<int>(cfg.train.batch)), m_use_ema(cfg.optim.ema > 0.0),
-      m_quiet(quiet), m_timer(cfg.eval) {
+    : m_cfg(cfg),
+      m_batch(static_cast<int>(cfg.train.batch)),
+      m_use_ema(cfg.optim.ema > 0.0),
+      m_quiet(quiet),
+      m_timer(cfg.eval) {
   const RunClock load_clock;
   m_data = data::load(load_options(cfg));
   spdlog::info("data: {} train / {} test examples of {}x{}x{}, {} classes ({:.2f}s)",
-               m_data.train.count, m_data.test.count, m_data.train.channels,
-               m_data.train.height, m_data.train.width, m_data.train.classes, load_clock.now());
+               m_data.train.count, m_data.test.count, m_data.train.channels, m_data.train.height,
+               m_data.train.width, m_data.train.classes, load_clock.now());
   if (m_data.train.count < m_batch) {
     throw ConfigError("train.batch = " + std::to_string(m_batch) + " is larger than the " +
                       std::to_string(m_data.train.count) +
@@ -171,10 +174,11 @@ std::uint64_t LocalTrainer::open_outputs() {
   m_steps->set_board(board);
   m_eval->set_board(board);
   spdlog::info("run directory: {}", dir.string());
-  spdlog::info("model {} ({} parameters), backend {} with {} thread(s), batch {}, {} steps "
-               "({:.2f} epochs)",
-               m_spec.name, m_layout.count, m_backend->name(), m_cfg.compute.threads, m_batch,
-               m_plan.total_steps, m_sched.total_epochs);
+  spdlog::info(
+      "model {} ({} parameters), backend {} with {} thread(s), batch {}, {} steps "
+      "({:.2f} epochs)",
+      m_spec.name, m_layout.count, m_backend->name(), m_cfg.compute.threads, m_batch,
+      m_plan.total_steps, m_sched.total_epochs);
   m_progress = std::make_unique<metrics::Progress>(
       static_cast<std::int64_t>(m_plan.total_steps), m_cfg.run.progress_every_steps, m_quiet,
       metrics::parse_progress_output(m_cfg.run.progress));
@@ -247,8 +251,8 @@ void LocalTrainer::step(std::uint64_t k) {
   m_steps->write(rec);
 
   const double elapsed = m_clock.now();
-  m_progress->update(static_cast<std::int64_t>(k), static_cast<double>(m_examples) / m_plan.train_count,
-                     m_loss_avg,
+  m_progress->update(static_cast<std::int64_t>(k),
+                     static_cast<double>(m_examples) / m_plan.train_count, m_loss_avg,
                      static_cast<double>(m_examples) / std::max(1e-9, elapsed - m_eval_s), elapsed);
   if (k != m_plan.total_steps && m_timer.due(k, elapsed)) {
     m_replica->copy_theta(m_theta.data());
@@ -310,8 +314,8 @@ void LocalTrainer::restore(const checkpoint::State& s) {
     }
   }
   if (m_step > m_plan.total_steps) {
-    throw ConfigError("the checkpoint is at step " + std::to_string(m_step) +
-                      ", past this run's " + std::to_string(m_plan.total_steps) +
+    throw ConfigError("the checkpoint is at step " + std::to_string(m_step) + ", past this run's " +
+                      std::to_string(m_plan.total_steps) +
                       " steps: raise train.steps / train.epochs to continue it");
   }
 }

@@ -17,10 +17,19 @@ namespace {
 
 // Keys a resumed run may change: how it is run and recorded, not what is
 // trained.
-const std::set<std::string> kResumeMayChange = {
-    "run.resume", "run.overwrite", "run.checkpoint_every_s", "run.checkpoint_every_steps",
-    "run.keep_checkpoints", "run.progress", "run.progress_every_steps", "run.tensorboard", "cluster.dead_after_s",
-    "eval.every_steps", "eval.every_s", "eval.batch", "compute.threads"};
+const std::set<std::string> kResumeMayChange = {"run.resume",
+                                                "run.overwrite",
+                                                "run.checkpoint_every_s",
+                                                "run.checkpoint_every_steps",
+                                                "run.keep_checkpoints",
+                                                "run.progress",
+                                                "run.progress_every_steps",
+                                                "run.tensorboard",
+                                                "cluster.dead_after_s",
+                                                "eval.every_steps",
+                                                "eval.every_s",
+                                                "eval.batch",
+                                                "compute.threads"};
 
 // "section.key" -> "value" for every line of to_toml's text.
 std::map<std::string, std::string> key_values(const std::string& toml) {

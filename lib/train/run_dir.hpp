@@ -5,9 +5,8 @@
 #pragma once
 
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/error.hpp"
 #include "config/config.hpp"

@@ -5,9 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/error.hpp"
 
@@ -35,7 +34,8 @@ double hash_uniform(std::uint64_t seed, std::uint64_t worker, std::uint64_t step
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 
-StragglerModel::StragglerModel(const config::StragglerConfig& cfg) : m_cfg(cfg), m_model(cfg.model) {
+StragglerModel::StragglerModel(const config::StragglerConfig& cfg)
+    : m_cfg(cfg), m_model(cfg.model) {
   if (m_model != "trace") return;
   const std::string& path = cfg.trace;
   if (!std::filesystem::exists(path)) {

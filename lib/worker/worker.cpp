@@ -1,11 +1,11 @@
 // The worker loop (see worker.hpp and DESIGN.md §3, §4, §10).
 #include "worker/worker.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <optional>
-
-#include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/protocol.hpp"
@@ -27,14 +27,18 @@ double since(Clock::time_point t0) {
 }  // namespace
 
 Worker::Worker(const WorkerSetup& st)
-    : m_st(st), m_shards(st.roles->shards), m_rank(st.roles->worker_rank(st.worker)),
+    : m_st(st),
+      m_shards(st.roles->shards),
+      m_rank(st.roles->worker_rank(st.worker)),
       m_batch(static_cast<int>(st.cfg->train.batch)),
       m_loader(*st.train, m_batch, st.cfg->run.seed, st.worker, st.roles->workers,
                st.cfg->data.augment,
                {st.cfg->data.augment_max_rotate_deg, st.cfg->data.augment_max_zoom}),
-      m_params(st.param_count), m_grad(st.param_count),
+      m_params(st.param_count),
+      m_grad(st.param_count),
       m_version(static_cast<std::size_t>(m_shards), 0),
-      m_stopped(static_cast<std::size_t>(m_shards), 0), m_sends(st.data_comm),
+      m_stopped(static_cast<std::size_t>(m_shards), 0),
+      m_sends(st.data_comm),
       m_virtual(st.cfg->train.clock == "virtual") {
   std::vector<int> shards;
   for (int s = 0; s < m_shards; ++s) {
@@ -106,9 +110,11 @@ bool Worker::receive_params() {
       const auto& m = m_replies.message(s);
       const auto& slice = m_st.slices[static_cast<std::size_t>(s)];
       m_watch->heard(s, now);
-      const std::string err = comm::check_header(
-          m.header(), {static_cast<std::uint32_t>(s), {Kind::kParams, Kind::kStop},
-                       static_cast<std::uint32_t>(s), slice.count, d.bytes});
+      const std::string err = comm::check_header(m.header(), {static_cast<std::uint32_t>(s),
+                                                              {Kind::kParams, Kind::kStop},
+                                                              static_cast<std::uint32_t>(s),
+                                                              slice.count,
+                                                              d.bytes});
       if (!err.empty()) {
         throw InternalError("worker " + std::to_string(m_st.worker) + " (rank " +
                             std::to_string(m_rank) + ") rejected a " + err);

@@ -48,10 +48,10 @@ struct WorkerSetup {
 };
 
 struct WorkerResult {
-  std::uint64_t gradients = 0;  // computed and pushed
-  double compute_s = 0.0;       // total time in train_step
-  double delay_s = 0.0;         // total injected straggler delay
-  double wait_s = 0.0;          // total time waiting for parameters
+  std::uint64_t gradients = 0;    // computed and pushed
+  double compute_s = 0.0;         // total time in train_step
+  double delay_s = 0.0;           // total injected straggler delay
+  double wait_s = 0.0;            // total time waiting for parameters
   ExitCode code = ExitCode::kOk;  // the run's outcome as shard 0 told it
 };
 

@@ -4,18 +4,17 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace syncopt_test {
 
@@ -37,7 +36,9 @@ inline Result run_command(const std::string& cmd) {
   return r;
 }
 
-inline Result run(const std::string& args) { return run_command(std::string(SYNCOPT_EXE) + " " + args); }
+inline Result run(const std::string& args) {
+  return run_command(std::string(SYNCOPT_EXE) + " " + args);
+}
 
 // `mpirun -np NP syncopt ARGS` with Open MPI's root and oversubscription
 // permissions (they belong to the harness, never to the binary), bounded by
@@ -61,8 +62,8 @@ inline std::vector<float> read_floats(const std::filesystem::path& p) {
 // A fresh, empty directory under the system temp dir.
 inline std::filesystem::path temp_dir(const std::string& tag) {
   std::random_device rd;
-  auto dir = std::filesystem::temp_directory_path() /
-             ("syncopt-e2e-" + tag + "-" + std::to_string(rd()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("syncopt-e2e-" + tag + "-" + std::to_string(rd()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -89,6 +90,8 @@ inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p) {
   return out;
 }
 
-inline std::string src(const std::string& rel) { return std::string(SYNCOPT_SOURCE_DIR) + "/" + rel; }
+inline std::string src(const std::string& rel) {
+  return std::string(SYNCOPT_SOURCE_DIR) + "/" + rel;
+}
 
 }  // namespace syncopt_test

@@ -1,7 +1,6 @@
 // End-to-end behaviour of `syncopt` as a user sees it: help, exit codes and
 // messages for bad input, run directories, and the golden smoke curve.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -18,9 +17,9 @@ TEST_CASE("--help teaches every subcommand and key", "[e2e]") {
   CHECK(top.output.find("train") != std::string::npos);
   const Result tr = run("train --help");
   CHECK(tr.code == 0);
-  for (const char* key : {"run.name", "data.path", "model.weight_norm", "optim.schedule",
-                          "train.backups", "cluster.ps", "stragglers.model", "eval.every_steps",
-                          "compute.threads"}) {
+  for (const char* key :
+       {"run.name", "data.path", "model.weight_norm", "optim.schedule", "train.backups",
+        "cluster.ps", "stragglers.model", "eval.every_steps", "compute.threads"}) {
     INFO(key);
     CHECK(tr.output.find(key) != std::string::npos);
   }
@@ -35,8 +34,7 @@ TEST_CASE("command-line misuse exits 64", "[e2e]") {
 
 TEST_CASE("config errors exit 78 naming every bad key once", "[e2e]") {
   const auto dir = temp_dir("cfg");
-  write_text(dir / "bad.toml",
-             "[train]\nbatch = 0\nbogus = 1\n[optim]\nlr = \"fast\"\n");
+  write_text(dir / "bad.toml", "[train]\nbatch = 0\nbogus = 1\n[optim]\nlr = \"fast\"\n");
   const Result r = run("train " + (dir / "bad.toml").string());
   CHECK(r.code == 78);
   CHECK(r.output.find("train.batch") != std::string::npos);
@@ -56,8 +54,8 @@ TEST_CASE("config errors exit 78 naming every bad key once", "[e2e]") {
 
 TEST_CASE("data errors exit 65/66 before any output is created", "[e2e]") {
   const auto dir = temp_dir("data");
-  const std::string base = "train " + src("configs/smoke.toml") + " --set run.dir=" +
-                           (dir / "runs").string() + " --set data.name=idx";
+  const std::string base = "train " + src("configs/smoke.toml") +
+                           " --set run.dir=" + (dir / "runs").string() + " --set data.name=idx";
   // Missing files: 66, naming the path.
   const Result missing = run(base + " --set data.path=" + (dir / "empty").string());
   CHECK(missing.code == 66);
@@ -77,8 +75,8 @@ TEST_CASE("data errors exit 65/66 before any output is created", "[e2e]") {
 
 TEST_CASE("a run writes its records and never overwrites an existing run", "[e2e]") {
   const auto dir = temp_dir("runs");
-  const std::string base = "train " + src("configs/smoke.toml") + " --quiet --set run.dir=" +
-                           dir.string() + " --set train.steps=5";
+  const std::string base = "train " + src("configs/smoke.toml") +
+                           " --quiet --set run.dir=" + dir.string() + " --set train.steps=5";
   const Result first = run(base);
   REQUIRE(first.code == 0);
   const fs::path run_dir = dir / "smoke";
@@ -120,8 +118,8 @@ TEST_CASE("a run writes its records and never overwrites an existing run", "[e2e
 // Regenerate deliberately with SYNCOPT_UPDATE_GOLDEN=1.
 TEST_CASE("seeded smoke run matches the golden loss curve", "[e2e][golden]") {
   const auto dir = temp_dir("golden");
-  const Result r = run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" +
-                       dir.string());
+  const Result r =
+      run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" + dir.string());
   REQUIRE(r.code == 0);
   const auto steps = read_jsonl(dir / "smoke" / "steps.jsonl");
   REQUIRE(steps.size() == 40);
@@ -151,11 +149,11 @@ TEST_CASE("seeded smoke run matches the golden loss curve", "[e2e][golden]") {
 
 TEST_CASE("a short Fashion-MNIST run lowers the loss", "[e2e][fmnist]") {
   const auto dir = temp_dir("fmnist");
-  const Result r = run("train " + src("configs/fmnist-local.toml") + " --quiet --set run.dir=" +
-                       dir.string() +
-                       " --set data.limit_train=4096 --set data.limit_test=1000 --set "
-                       "train.epochs=1 --set train.steps=0 --set train.batch=32 --set "
-                       "eval.every_steps=0 --set compute.threads=1");
+  const Result r =
+      run("train " + src("configs/fmnist-local.toml") + " --quiet --set run.dir=" + dir.string() +
+          " --set data.limit_train=4096 --set data.limit_test=1000 --set "
+          "train.epochs=1 --set train.steps=0 --set train.batch=32 --set "
+          "eval.every_steps=0 --set compute.threads=1");
   INFO(r.output);
   REQUIRE(r.code == 0);
   const auto steps = read_jsonl(dir / "fmnist-local" / "steps.jsonl");

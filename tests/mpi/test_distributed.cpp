@@ -1,9 +1,8 @@
 // Multi-rank behaviour of the distributed modes, run as a user runs them:
 // `mpirun -np K syncopt train ...`, then the run's records are checked.
 // Each mpirun is bounded by a timeout, so a hang fails instead of stalling.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <set>
@@ -177,15 +176,18 @@ TEST_CASE("sync with b = 0, allreduce and local with batch N*B give the same par
           "[mpi][equivalence]") {
   const auto dir = temp_dir("equiv");
   const std::string common = " --set train.steps=10";
-  const Result sync = run_mpi(4, job(dir, "sync", "--set train.mode=sync --set train.backups=0" + common));
+  const Result sync =
+      run_mpi(4, job(dir, "sync", "--set train.mode=sync --set train.backups=0" + common));
   INFO(sync.output);
   REQUIRE(sync.code == 0);
   const Result ar = run_mpi(3, job(dir, "allreduce", "--set train.mode=allreduce" + common));
   INFO(ar.output);
   REQUIRE(ar.code == 0);
-  const Result local = run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" +
-                           dir.string() + " --set run.name=local --set model.name=logreg "
-                           "--set train.batch=24 --set optim.ema=0 --set optim.lr=0.1" + common);
+  const Result local =
+      run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" + dir.string() +
+          " --set run.name=local --set model.name=logreg "
+          "--set train.batch=24 --set optim.ema=0 --set optim.lr=0.1" +
+          common);
   INFO(local.output);
   REQUIRE(local.code == 0);
   const auto p_sync = read_floats(dir / "sync" / "params.f32");
@@ -195,9 +197,10 @@ TEST_CASE("sync with b = 0, allreduce and local with batch N*B give the same par
   CHECK(max_abs_diff(p_sync, p_ar) < 1e-5);
   CHECK(max_abs_diff(p_sync, p_local) < 1e-5);
   // And training moved them: the comparison is not between initial values.
-  const Result zero = run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" +
-                          dir.string() + " --set run.name=init --set model.name=logreg "
-                          "--set train.batch=24 --set optim.ema=0 --set optim.lr=1e-12 --set train.steps=1");
+  const Result zero =
+      run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" + dir.string() +
+          " --set run.name=init --set model.name=logreg "
+          "--set train.batch=24 --set optim.ema=0 --set optim.lr=1e-12 --set train.steps=1");
   REQUIRE(zero.code == 0);
   CHECK(max_abs_diff(p_sync, read_floats(dir / "init" / "params.f32")) > 1e-3);
   fs::remove_all(dir);
@@ -211,15 +214,18 @@ TEST_CASE("with the EMA on, sync b = 0, allreduce and local agree on theta and i
   // A decay below the warm-up rate (1 + t) / (10 + t) after a few steps, and
   // not the momentum (0.9), so that a shard using the wrong decay differs.
   const std::string common = " --set train.steps=12 --set optim.ema=0.4";
-  const Result sync = run_mpi(4, job(dir, "sync", "--set train.mode=sync --set train.backups=0" + common));
+  const Result sync =
+      run_mpi(4, job(dir, "sync", "--set train.mode=sync --set train.backups=0" + common));
   INFO(sync.output);
   REQUIRE(sync.code == 0);
   const Result ar = run_mpi(3, job(dir, "allreduce", "--set train.mode=allreduce" + common));
   INFO(ar.output);
   REQUIRE(ar.code == 0);
-  const Result local = run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" +
-                           dir.string() + " --set run.name=local --set model.name=logreg "
-                           "--set train.batch=24 --set optim.lr=0.1" + common);
+  const Result local =
+      run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" + dir.string() +
+          " --set run.name=local --set model.name=logreg "
+          "--set train.batch=24 --set optim.lr=0.1" +
+          common);
   INFO(local.output);
   REQUIRE(local.code == 0);
   const auto e_sync = read_floats(dir / "sync" / "params_ema.f32");
@@ -238,15 +244,17 @@ TEST_CASE("with the EMA on, sync b = 0, allreduce and local agree on theta and i
 TEST_CASE("optim.scale_lr_by_n multiplies the lr of every update by N", "[mpi][lr]") {
   // 1 PS + 4 workers, b = 1: N = 3 (not K = 4); constant schedule.
   const auto dir = temp_dir("lr");
-  const Result r = run_mpi(5, job(dir, "sync", "--set train.mode=sync --set train.backups=1 "
-                                               "--set train.steps=6 --set optim.scale_lr_by_n=true"));
+  const Result r = run_mpi(5, job(dir, "sync",
+                                  "--set train.mode=sync --set train.backups=1 "
+                                  "--set train.steps=6 --set optim.scale_lr_by_n=true"));
   INFO(r.output);
   REQUIRE(r.code == 0);
   const auto steps = read_jsonl(dir / "sync" / "steps.jsonl");
   REQUIRE(steps.size() == 6);
   for (const auto& rec : steps) CHECK(rec["lr"].get<double>() == Approx(0.3));  // 3 x 0.1
-  const Result ar = run_mpi(3, job(dir, "ar", "--set train.mode=allreduce --set train.steps=3 "
-                                              "--set optim.scale_lr_by_n=true"));
+  const Result ar = run_mpi(3, job(dir, "ar",
+                                   "--set train.mode=allreduce --set train.steps=3 "
+                                   "--set optim.scale_lr_by_n=true"));
   REQUIRE(ar.code == 0);
   for (const auto& rec : read_jsonl(dir / "ar" / "steps.jsonl")) {
     CHECK(rec["lr"].get<double>() == Approx(0.3));  // N = 3 ranks
@@ -280,9 +288,10 @@ TEST_CASE("several shards give the same result as one", "[mpi][shards]") {
 
 TEST_CASE("async staleness matches the shard's version history", "[mpi][async]") {
   const auto dir = temp_dir("async");
-  const Result r = run_mpi(5, job(dir, "async", "--set train.mode=async --set train.steps=40 "
-                                               "--set stragglers.model=exponential "
-                                               "--set stragglers.mean_ms=3 --set stragglers.seed=5"));
+  const Result r = run_mpi(5, job(dir, "async",
+                                  "--set train.mode=async --set train.steps=40 "
+                                  "--set stragglers.model=exponential "
+                                  "--set stragglers.mean_ms=3 --set stragglers.seed=5"));
   INFO(r.output);
   REQUIRE(r.code == 0);
   const auto steps = read_jsonl(dir / "async" / "steps.jsonl");
@@ -292,7 +301,7 @@ TEST_CASE("async staleness matches the shard's version history", "[mpi][async]")
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const auto& rec = steps[i];
     const auto version = rec["version"].get<std::uint64_t>();
-    CHECK(version == i);                   // one update per gradient, in order
+    CHECK(version == i);  // one update per gradient, in order
     REQUIRE(rec["grads"].size() == 1);
     const auto& g = rec["grads"][0];
     const auto read = g["version"].get<std::uint64_t>();
@@ -320,15 +329,18 @@ TEST_CASE("every mode ends by itself with a slow worker at the last step", "[mpi
       {"ssp", "--set train.mode=ssp --set train.ssp_bound=1"},
       {"timeout", "--set train.mode=timeout --set train.timeout_ms=20"},
       {"allreduce", "--set train.mode=allreduce"},
-      {"sync-2ps-eval", "--set train.mode=sync --set cluster.ps=2 --set cluster.evaluator=true "
-                        "--set eval.every_steps=3"},
+      {"sync-2ps-eval",
+       "--set train.mode=sync --set cluster.ps=2 --set cluster.evaluator=true "
+       "--set eval.every_steps=3"},
   };
   for (const auto& [name, args] : modes) {
     const int np = name == "sync-2ps-eval" ? 7 : 5;
-    const Result r = run_mpi(np, job(dir, name,
-                                     args + " --set train.steps=8 --set stragglers.model=fixed "
-                                            "--set stragglers.workers=[3] --set stragglers.mean_ms=120"),
-                             120);
+    const Result r =
+        run_mpi(np,
+                job(dir, name,
+                    args + " --set train.steps=8 --set stragglers.model=fixed "
+                           "--set stragglers.workers=[3] --set stragglers.mean_ms=120"),
+                120);
     INFO(name << "\n" << r.output);
     CHECK(r.code == 0);
     CHECK(fs::exists(dir / name / "summary.json"));
@@ -336,7 +348,8 @@ TEST_CASE("every mode ends by itself with a slow worker at the last step", "[mpi
   fs::remove_all(dir);
 }
 
-TEST_CASE("a layout that does not fit the world is one config error on every rank", "[mpi][layout]") {
+TEST_CASE("a layout that does not fit the world is one config error on every rank",
+          "[mpi][layout]") {
   const auto dir = temp_dir("layout");
   const Result r = run_mpi(3, job(dir, "bad", "--set train.mode=sync --set train.backups=2"), 60);
   CHECK(r.code == 78);
@@ -349,13 +362,19 @@ TEST_CASE("a layout that does not fit the world is one config error on every ran
   }
   CHECK(count == 1);
   // Too little data for the workers: caught before the roles start, on every rank.
-  const Result small = run_mpi(6, job(dir, "small", "--set train.mode=sync --set train.batch=1 "
-                                                   "--set data.synthetic_train=3"), 60);
+  const Result small = run_mpi(6,
+                               job(dir, "small",
+                                   "--set train.mode=sync --set train.batch=1 "
+                                   "--set data.synthetic_train=3"),
+                               60);
   CHECK(small.code == 78);
   CHECK(small.output.find("cannot feed") != std::string::npos);
   // A data error on every rank is reported once (by the lowest rank), 66.
-  const Result nodata = run_mpi(4, job(dir, "nodata", "--set train.mode=sync --set data.name=idx "
-                                                     "--set data.path=/nonexistent"), 60);
+  const Result nodata = run_mpi(4,
+                                job(dir, "nodata",
+                                    "--set train.mode=sync --set data.name=idx "
+                                    "--set data.path=/nonexistent"),
+                                60);
   CHECK(nodata.code == 66);
   std::size_t errors = 0;
   for (auto pos = nodata.output.find("syncopt: error"); pos != std::string::npos;
@@ -363,7 +382,8 @@ TEST_CASE("a layout that does not fit the world is one config error on every ran
     ++errors;
   }
   CHECK(errors == 1);
-  const Result dry = run_mpi(7, job(dir, "dry", "--set train.mode=sync --set cluster.evaluator=true --dry-run"), 60);
+  const Result dry = run_mpi(
+      7, job(dir, "dry", "--set train.mode=sync --set cluster.evaluator=true --dry-run"), 60);
   CHECK(dry.code == 0);
   CHECK(dry.output.find("rank 1: evaluator") != std::string::npos);
   CHECK(dry.output.find("rank 6: worker 4") != std::string::npos);

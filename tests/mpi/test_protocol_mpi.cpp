@@ -3,24 +3,22 @@
 // throw an error naming the sender and the fault, never apply it, never hang.
 // Ranks agree on the verdict before Catch2 asserts it.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <mpi.h>
 #include <unistd.h>
 
-#include <filesystem>
-
+#include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "comm/mpi.hpp"
 #include "comm/peers.hpp"
 #include "comm/protocol.hpp"
+#include "common/clock.hpp"
 #include "common/error.hpp"
 #include "config/config.hpp"
-#include "ps/shard.hpp"
-#include "common/clock.hpp"
 #include "layout/roles.hpp"
+#include "ps/shard.hpp"
 
 using namespace syncopt;
 

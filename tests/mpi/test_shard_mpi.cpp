@@ -8,13 +8,11 @@
 // and the records must say exactly that. Ranks agree on the verdict before
 // Catch2 asserts it.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <mpi.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
-
 #include <set>
 #include <sstream>
 #include <vector>
@@ -45,7 +43,7 @@ std::filesystem::path scratch_dir() {
 
 constexpr std::size_t kCount = 6;
 constexpr int kSteps = 40;
-constexpr int kSlow = 3;  // worker index
+constexpr int kSlow = 3;        // worker index
 constexpr int kTagSignal = 77;  // worker 0 -> worker 3: the version I hold
 constexpr int kTagAck = 78;     // worker 3 -> worker 0: my late gradient was answered
 constexpr std::uint64_t kEnded = ~std::uint64_t{0};

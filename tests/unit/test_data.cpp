@@ -80,7 +80,8 @@ void write_file(const std::string& path, const Bytes& bytes, bool gz) {
     REQUIRE(gzclose(f) == Z_OK);
   } else {
     std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
     REQUIRE(out.good());
   }
 }
@@ -103,12 +104,14 @@ std::string message_of(F&& f) {
   return "";
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // Expects read_idx(images, labels) to throw DataError whose message names
 // `path` and contains every one of `parts`.
-void expect_data_error(const std::string& images, const std::string& labels, const std::string& path,
-                       const std::vector<std::string>& parts) {
+void expect_data_error(const std::string& images, const std::string& labels,
+                       const std::string& path, const std::vector<std::string>& parts) {
   const std::string m = message_of<DataError>([&] { read_idx(images, labels); });
   INFO(m);
   CHECK(contains(m, path));
@@ -211,7 +214,8 @@ TEST_CASE("read_idx: malformed headers are DataError naming path, expected and f
     // And the other way round.
     const std::string good_images = dir.file("good_images");
     write_file(good_images, idx_images(3, 2, 3, kPixels), false);
-    expect_data_error(good_images, good_images, good_images, {"0x00000801", "1 dims", "found 3 dims"});
+    expect_data_error(good_images, good_images, good_images,
+                      {"0x00000801", "1 dims", "found 3 dims"});
   }
   SECTION("truncated header") {
     Bytes b = idx_images(3, 2, 3, kPixels);
@@ -253,7 +257,8 @@ TEST_CASE("read_idx: payload size problems are DataError", "[data]") {
   }
   SECTION("truncated gzip stream (compressed file cut short)") {
     Bytes big(4000);
-    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::uint8_t>((i * 7919) >> 3);
+    for (std::size_t i = 0; i < big.size(); ++i)
+      big[i] = static_cast<std::uint8_t>((i * 7919) >> 3);
     write_file(images, idx_images(1000, 2, 2, big), true);
     const auto full = fs::file_size(images);
     fs::resize_file(images, full / 2);
@@ -412,7 +417,7 @@ TEST_CASE("read_cifar10 parses records and checks the file size", "[data]") {
   CHECK(ds.labels == std::vector<std::int32_t>{3, 7});
   REQUIRE(ds.images.size() == 2 * 3072);
   CHECK(ds.image(0)[0] == 0.0f);
-  CHECK(ds.image(0)[1024] == (1024 % 256) / 255.0f);      // green plane starts at 1024
+  CHECK(ds.image(0)[1024] == (1024 % 256) / 255.0f);  // green plane starts at 1024
   CHECK(ds.image(1)[5] == ((5 + 100) % 256) / 255.0f);
 
   // Two batches and a limit spanning them.
@@ -458,7 +463,8 @@ TEST_CASE("make_synthetic is deterministic, seed-dependent and learnable", "[dat
   CHECK(a.labels == b.labels);
   CHECK(a.images != c.images);
   CHECK(a.labels != c.labels);
-  CHECK(std::all_of(a.images.begin(), a.images.end(), [](float v) { return v >= 0.0f && v <= 1.0f; }));
+  CHECK(std::all_of(a.images.begin(), a.images.end(),
+                    [](float v) { return v >= 0.0f && v <= 1.0f; }));
   std::set<int> seen(a.labels.begin(), a.labels.end());
   CHECK(seen.size() == 10);
   CHECK(*seen.begin() == 0);
@@ -580,7 +586,8 @@ TEST_CASE("augment_image: identity at zero, rotation keeps mass and fills backgr
   std::mt19937_64 rng(5);
   augment_image(same.data(), c, h, w, AugmentOptions{0.0, 0.0}, rng, scratch);
   float max_diff = 0;
-  for (std::size_t i = 0; i < img.size(); ++i) max_diff = std::max(max_diff, std::abs(same[i] - img[i]));
+  for (std::size_t i = 0; i < img.size(); ++i)
+    max_diff = std::max(max_diff, std::abs(same[i] - img[i]));
   CHECK(max_diff == 0.0f);
 
   AugmentOptions opt{30.0, 0.0};
@@ -590,7 +597,8 @@ TEST_CASE("augment_image: identity at zero, rotation keeps mass and fills backgr
   augment_image(rot2.data(), c, h, w, opt, r2, scratch);
   CHECK(rot == rot2);  // deterministic given the rng
   max_diff = 0;
-  for (std::size_t i = 0; i < img.size(); ++i) max_diff = std::max(max_diff, std::abs(rot[i] - img[i]));
+  for (std::size_t i = 0; i < img.size(); ++i)
+    max_diff = std::max(max_diff, std::abs(rot[i] - img[i]));
   CHECK(max_diff > 0.5f);
   // Mass above the background is roughly kept by a rotation of a centred blob.
   for (int ch = 0; ch < c; ++ch) {

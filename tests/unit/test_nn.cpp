@@ -3,15 +3,14 @@
 // nets, the hand-written ops in double precision, and the whole models),
 // predict/train_step consistency, determinism and an SGD sanity run.
 #include <algorithm>
-#include <cstdlib>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "common/error.hpp"
 #include "nn/backend.hpp"
@@ -123,8 +122,9 @@ std::vector<std::size_t> pick(std::size_t begin, std::size_t count, const std::v
   std::vector<std::size_t> all(count);
   std::iota(all.begin(), all.end(), begin);
   const std::size_t t = std::min<std::size_t>(static_cast<std::size_t>(top), count);
-  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(t), all.end(),
-                    [&](std::size_t a, std::size_t b) { return std::abs(grad[a]) > std::abs(grad[b]); });
+  std::partial_sort(
+      all.begin(), all.begin() + static_cast<std::ptrdiff_t>(t), all.end(),
+      [&](std::size_t a, std::size_t b) { return std::abs(grad[a]) > std::abs(grad[b]); });
   idx.insert(idx.end(), all.begin(), all.begin() + static_cast<std::ptrdiff_t>(t));
   return idx;
 }
@@ -166,7 +166,8 @@ void check_net(const NetSpec& spec, int batch, std::uint64_t seed, const NetChec
           const double a = params[dir.offset + o * fan_in + i];
           ss += a * a;
         }
-        params[v.offset + o] = static_cast<float>(std::sqrt(ss) * (0.7 + 0.1 * static_cast<double>(o % 6)));
+        params[v.offset + o] =
+            static_cast<float>(std::sqrt(ss) * (0.7 + 0.1 * static_cast<double>(o % 6)));
       }
     }
   }
@@ -176,7 +177,8 @@ void check_net(const NetSpec& spec, int batch, std::uint64_t seed, const NetChec
   const auto y = labels_for(batch, classes, seed + 2);
   std::vector<float> grad(layout.count), dx(in_count);
   if (opt.input_grad) {
-    net.train_step_with_input_grad(params.data(), x.data(), y.data(), batch, grad.data(), dx.data());
+    net.train_step_with_input_grad(params.data(), x.data(), y.data(), batch, grad.data(),
+                                   dx.data());
   } else {
     net.train_step(params.data(), x.data(), y.data(), batch, grad.data());
   }
@@ -272,7 +274,8 @@ TEST_CASE("init_params: deterministic, He scale, g = ||v||, zero bias", "[nn]") 
   CHECK(a[layout.find("conv1.v").offset] == Approx(-0.507784963).epsilon(1e-6));
   CHECK(a[layout.find("conv1.v").offset + 1] == Approx(-0.606256127).epsilon(1e-6));
   // The classifier's directions are drawn at LeCun scale times 0.1.
-  CHECK(a[layout.find("fc2.v").offset] == Approx(0.0804888904 * 0.1 / std::sqrt(2.0)).epsilon(1e-6));
+  CHECK(a[layout.find("fc2.v").offset] ==
+        Approx(0.0804888904 * 0.1 / std::sqrt(2.0)).epsilon(1e-6));
 
   for (const std::string layer : {"conv1", "conv2", "fc1", "fc2"}) {
     const nn::ParamView& v = layout.find(layer + ".v");
@@ -324,8 +327,8 @@ TEST_CASE("weight norm forward/backward vs finite differences (double)", "[nn]")
     for (std::int64_t i = 0; i < fan_in; ++i) n2 += w[o * fan_in + i] * w[o * fan_in + i];
     CHECK(std::sqrt(n2) == Approx(g[o]).epsilon(1e-12));  // ||w_o|| = g_o
   }
-  nn::ops::weight_norm_backward(c.data(), v.data(), g.data(), norm.data(), units, fan_in,
-                                dv.data(), dg.data());
+  nn::ops::weight_norm_backward(c.data(), v.data(), g.data(), norm.data(), units, fan_in, dv.data(),
+                                dg.data());
   const double h = 1e-6;
   for (std::size_t i = 0; i < v.size(); ++i) {
     const double s = v[i];
@@ -352,16 +355,19 @@ TEST_CASE("softmax cross-entropy and relu vs finite differences (double)", "[nn]
   std::vector<double> z = {1.0, -2.0, 0.5, 3.0, 100.0, 101.0, 99.0, 100.5, 0, 0, 0, 0};
   const std::vector<std::int32_t> y = {3, 0, 2};
   std::vector<double> dz(z.size());
-  const double loss0 = nn::ops::softmax_cross_entropy(z.data(), y.data(), batch, classes, dz.data());
+  const double loss0 =
+      nn::ops::softmax_cross_entropy(z.data(), y.data(), batch, classes, dz.data());
   // Row 3 is uniform: its loss is log(4). Large logits must not overflow.
   CHECK(std::isfinite(loss0));
   const double h = 1e-6;
   for (std::size_t i = 0; i < z.size(); ++i) {
     const double s = z[i];
     z[i] = s + h;
-    const double lp = nn::ops::softmax_cross_entropy<double>(z.data(), y.data(), batch, classes, nullptr);
+    const double lp =
+        nn::ops::softmax_cross_entropy<double>(z.data(), y.data(), batch, classes, nullptr);
     z[i] = s - h;
-    const double lm = nn::ops::softmax_cross_entropy<double>(z.data(), y.data(), batch, classes, nullptr);
+    const double lm =
+        nn::ops::softmax_cross_entropy<double>(z.data(), y.data(), batch, classes, nullptr);
     z[i] = s;
     CHECK(dz[i] == Approx((lp - lm) / (2 * h)).epsilon(1e-6).margin(1e-9));
   }
@@ -407,9 +413,7 @@ TEST_CASE("layer gradients (oneDNN) vs finite differences", "[nn]") {
   SECTION("max-pool 2x2") {
     check_net(one_layer(3, 4, 6, true, {LayerKind::kMaxPool2x2, "", 0, false}), 2, 14);
   }
-  SECTION("relu") {
-    check_net(one_layer(2, 3, 3, true, {LayerKind::kRelu, "", 0, false}), 2, 15);
-  }
+  SECTION("relu") { check_net(one_layer(2, 3, 3, true, {LayerKind::kRelu, "", 0, false}), 2, 15); }
   SECTION("fc with weight norm and fused relu") {
     check_net(one_layer(3, 2, 2, true, {LayerKind::kFc, "fc1", 5, true}), 3, 16);
   }
@@ -420,12 +424,9 @@ TEST_CASE("layer gradients (oneDNN) vs finite differences", "[nn]") {
     NetSpec s;
     s.channels = 3;
     s.height = s.width = 8;
-    s.layers = {{LayerKind::kConv3x3, "conv1", 8, true},
-                {LayerKind::kMaxPool2x2, "", 0, false},
-                {LayerKind::kConv3x3, "conv2", 16, false},
-                {LayerKind::kRelu, "", 0, false},
-                {LayerKind::kMaxPool2x2, "", 0, false},
-                {LayerKind::kFc, "fc1", 5, false}};
+    s.layers = {{LayerKind::kConv3x3, "conv1", 8, true},   {LayerKind::kMaxPool2x2, "", 0, false},
+                {LayerKind::kConv3x3, "conv2", 16, false}, {LayerKind::kRelu, "", 0, false},
+                {LayerKind::kMaxPool2x2, "", 0, false},    {LayerKind::kFc, "fc1", 5, false}};
     check_net(s, 2, 18);
   }
 }
@@ -433,9 +434,9 @@ TEST_CASE("layer gradients (oneDNN) vs finite differences", "[nn]") {
 TEST_CASE("whole models: gradient vs finite differences", "[nn]") {
   NetCheck opt;
   opt.input_grad = false;
-  for (const auto& [name, wn] : {std::pair{"cnn", true}, std::pair{"cnn", false},
-                                 std::pair{"mlp", true}, std::pair{"mlp", false},
-                                 std::pair{"logreg", true}}) {
+  for (const auto& [name, wn] :
+       {std::pair{"cnn", true}, std::pair{"cnn", false}, std::pair{"mlp", true},
+        std::pair{"mlp", false}, std::pair{"logreg", true}}) {
     DYNAMIC_SECTION(name << (wn ? " with" : " without") << " weight norm") {
       const nn::ModelSpec spec = model(name, wn);
       check_net(nn::net_spec(spec), 3, 21, opt, &spec);

@@ -2,13 +2,12 @@
 // one contribution per worker per step, the exact mean, async staleness,
 // softsync and timeout rules; and the header validation of the protocol.
 #include <catch2/catch.hpp>
-
 #include <vector>
 
 #include "comm/protocol.hpp"
+#include "layout/roles.hpp"
 #include "ps/adaptive.hpp"
 #include "ps/shard_core.hpp"
-#include "layout/roles.hpp"
 
 using namespace syncopt;
 using config::Mode;
@@ -258,7 +257,8 @@ TEST_CASE("adaptive N does not flap on noise below its margin", "[ps][adaptive]"
   CHECK(adaptive.n() == 3);
 }
 
-TEST_CASE("adaptive N takes the smallest N whose rate is within its margin of the best", "[ps][adaptive]") {
+TEST_CASE("adaptive N takes the smallest N whose rate is within its margin of the best",
+          "[ps][adaptive]") {
   // Progress per update grows less than linearly with N, so a near-equal rate
   // at a smaller N is the better choice: from N = 4 (rate 3.08) it moves to
   // N = 3 (rate 3.0, within 5 %).

@@ -1,7 +1,6 @@
 // Straggler injection: seeded, per worker and step, with the documented
 // means; trace replay from a CSV and from an earlier run's steps.jsonl.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 
@@ -15,7 +14,8 @@ namespace {
 
 double mean_delay(const StragglerModel& m, int worker, int steps, double compute_s) {
   double sum = 0.0;
-  for (int s = 0; s < steps; ++s) sum += m.delay_s(worker, static_cast<std::uint64_t>(s), compute_s);
+  for (int s = 0; s < steps; ++s)
+    sum += m.delay_s(worker, static_cast<std::uint64_t>(s), compute_s);
   return sum / steps;
 }
 
@@ -98,8 +98,10 @@ TEST_CASE("trace replays recorded arrivals from a CSV or a steps.jsonl", "[strag
     // Step 2's record holds worker 1's late gradient of version 0: its delay
     // counts from version 0's start (t = 1.0), not from step 2's (t = 1.4).
     std::ofstream jl(dir / "steps.jsonl");
-    jl << R"({"step":1,"shard":0,"t_start":1.0,"version":0,"grads":[{"worker":0,"arrival_s":0.4,"version":0}]})" "\n";
-    jl << R"({"step":2,"shard":0,"t_start":1.4,"version":1,"grads":[{"worker":1,"arrival_s":0.2,"version":0}]})" "\n";
+    jl << R"({"step":1,"shard":0,"t_start":1.0,"version":0,"grads":[{"worker":0,"arrival_s":0.4,"version":0}]})"
+          "\n";
+    jl << R"({"step":2,"shard":0,"t_start":1.4,"version":1,"grads":[{"worker":1,"arrival_s":0.2,"version":0}]})"
+          "\n";
   }
   c.trace = (dir / "steps.jsonl").string();
   const StragglerModel j(c);
