@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/protocol.hpp"
+#include "common/finite.hpp"
 #include "common/signals.hpp"
 
 namespace syncopt::ps {
@@ -20,10 +21,6 @@ namespace {
 
 std::string shard_part(int s) { return "shard" + std::to_string(s); }
 std::string worker_part(int w) { return "worker" + std::to_string(w); }
-
-bool all_finite(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
 
 }  // namespace
 
@@ -325,7 +322,7 @@ void Shard::apply_one() {
   const auto lr =
       static_cast<float>(optim::learning_rate(m_sched, epoch) * (m_roles.adaptive ? rec.used : 1));
   if (m_agree && m_self == 0) send_decision(rec);
-  if (!std::isfinite(rec.loss) || !all_finite(m_mean)) {
+  if (!std::isfinite(rec.loss) || !m_core.mean_finite()) {
     // Nothing non-finite is applied or saved: the last checkpoint stays.
     finish(ExitCode::kInternal, "failed",
            "training diverged: the mean loss of update " + std::to_string(rec.step) + " at shard " +
@@ -729,7 +726,7 @@ void Shard::commit_if_complete() {
 }
 
 checkpoint::State Shard::part_state() const {
-  if (!all_finite(m_theta)) {
+  if (!all_finite(m_theta.data(), m_theta.size())) {
     throw Error(ExitCode::kInternal, "shard " + std::to_string(m_self) +
                                          " holds non-finite parameters; no checkpoint is saved");
   }

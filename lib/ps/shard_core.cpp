@@ -5,6 +5,7 @@
 
 #include "comm/protocol.hpp"
 #include "common/error.hpp"
+#include "common/finite.hpp"
 
 namespace syncopt::ps {
 
@@ -246,13 +247,22 @@ StepRecord ShardCore::apply(float* mean, double now) {
         for (std::size_t i = 0; i < m_count; ++i) mean[i] += g[i];
       }
     }
-    for (std::size_t i = 0; i < m_count; ++i) mean[i] *= inv;
+    // The divergence check rides on the last pass over the mean.
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < m_count; ++i) {
+      mean[i] *= inv;
+      bad |= nonfinite_bit(mean[i]);
+    }
+    m_mean_finite = bad == 0;
     std::fill(m_contributed.begin(), m_contributed.end(), 0);
   } else {
+    std::uint32_t bad = 0;
     for (std::size_t i = 0; i < m_count; ++i) {
       mean[i] = m_sum[i] * inv;
+      bad |= nonfinite_bit(mean[i]);
       m_sum[i] = 0.0f;
     }
+    m_mean_finite = bad == 0;
   }
   StepRecord out = std::move(m_current);
   out.step = m_version + 1;

@@ -87,6 +87,9 @@ class ShardCore {
   // virtual time; lr is filled in by the caller; used = gradients averaged).
   // Requires ready().
   StepRecord apply(float* mean, double now);
+  // Whether the mean the last apply() wrote is all finite (checked in the
+  // same pass, so divergence detection costs no extra read of the vector).
+  bool mean_finite() const { return m_mean_finite; }
   // The next step starts at `now` (after the optimiser has run), so that a
   // record's t_apply and the next record's t_start are the same instant.
   void set_step_start(double now) {
@@ -148,6 +151,7 @@ class ShardCore {
   std::vector<std::int64_t> m_clock;  // gradients pushed, per worker (ssp)
   std::vector<char> m_retired;
   bool m_virtual = false;
+  bool m_mean_finite = true;
   double m_apply_s = 0.0;
   std::vector<double> m_vtime;  // virtual: finish time per contributing worker
   bool m_follower = false;

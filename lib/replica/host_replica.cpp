@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/finite.hpp"
 #include "replica/replica.hpp"
 
 namespace syncopt::replica {
@@ -31,12 +32,7 @@ class HostReplica final : public Replica {
   void reduce_gradient(comm::Reducer& reducer) override {
     reducer.mean(m_grad.data(), m_grad.size());
   }
-  bool gradient_finite() const override {
-    for (const float g : m_grad) {
-      if (!std::isfinite(g)) return false;
-    }
-    return true;
-  }
+  bool gradient_finite() const override { return all_finite(m_grad.data(), m_grad.size()); }
   void apply(float lr) override {
     m_opt.step(m_theta.data(), m_grad.data(), lr);
     if (m_use_ema) m_ema.update(m_theta.data());

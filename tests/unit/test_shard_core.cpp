@@ -2,9 +2,11 @@
 // one contribution per worker per step, the exact mean, async staleness,
 // softsync and timeout rules; and the header validation of the protocol.
 #include <catch2/catch.hpp>
+#include <limits>
 #include <vector>
 
 #include "comm/protocol.hpp"
+#include "common/finite.hpp"
 #include "layout/roles.hpp"
 #include "ps/adaptive.hpp"
 #include "ps/shard_core.hpp"
@@ -271,4 +273,35 @@ TEST_CASE("adaptive N takes the smallest N whose rate is within its margin of th
     adaptive.on_applied(v, 0.0);
   }
   CHECK(adaptive.n() == 3);
+}
+
+TEST_CASE("the shard flags a non-finite mean in the pass that computes it", "[ps][diverge]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> mean(3);
+  // Sync (summed in worker order), then async (a running sum): a NaN or inf
+  // anywhere in the vector is seen; finite large values are not.
+  ShardCore sync(Mode::kSync, 2, 2, 3, 0.0);
+  const float ok[3] = {1e30f, -1e30f, 0.0f}, bad[3] = {1.0f, nan, 2.0f};
+  sync.on_grad(0, 0, ok, 0, 0, 0);
+  sync.on_grad(1, 0, ok, 0, 0, 0);
+  sync.apply(mean.data(), 0);
+  CHECK(sync.mean_finite());
+  sync.on_grad(0, 1, ok, 0, 0, 0);
+  sync.on_grad(1, 1, bad, 0, 0, 0);
+  sync.apply(mean.data(), 0);
+  CHECK_FALSE(sync.mean_finite());
+  ShardCore async(Mode::kAsync, 1, 1, 3, 0.0);
+  const float last_inf[3] = {0.0f, 0.0f, -inf};
+  async.on_grad(0, 0, ok, 0, 0, 0);
+  async.apply(mean.data(), 0);
+  CHECK(async.mean_finite());
+  async.on_grad(0, 1, last_inf, 0, 0, 0);
+  async.apply(mean.data(), 0);
+  CHECK_FALSE(async.mean_finite());
+  // The same test on its own.
+  CHECK(all_finite(ok, 3));
+  CHECK_FALSE(all_finite(bad, 3));
+  CHECK_FALSE(all_finite(last_inf, 3));
+  CHECK(all_finite(bad, 1));
 }
