@@ -178,6 +178,25 @@ resume_local)
   cmp "$WORK/full/params_ema.f32" "$WORK/part/params_ema.f32" || fail "EMA differs"
   python3 "$SRC/tests/faults/same_steps.py" "$WORK/full" "$WORK/part" || fail "records differ"
   ;;
+resume_after_kill)
+  # kill -9 of a local run between two periodic checkpoints, then resume:
+  # the records written after the latest checkpoint are cut off (no step
+  # twice) and the run ends bitwise as the uninterrupted one.
+  A="--set train.steps=300 --set run.checkpoint_every_steps=100"
+  "$BIN" $(job full) $A >"$WORK/full.log" 2>&1 || fail "uninterrupted run failed"
+  "$BIN" $(job part) $A >"$WORK/part.log" 2>&1 &
+  P=$!
+  wait_steps "$WORK/part" 150
+  kill -KILL $P
+  wait $P
+  note "killed at $(wc -l <"$WORK/part/steps.jsonl") records, latest checkpoint $(cat "$WORK/part/checkpoints/latest")"
+  [ "$(wc -l <"$WORK/part/steps.jsonl")" -gt "$(cat "$WORK/part/checkpoints/latest")" ] ||
+    fail "no records after the latest checkpoint: the scenario tests nothing"
+  "$BIN" $(job part) $A --set run.resume=true >"$WORK/resume.log" 2>&1 ||
+    fail "resume failed: $(tail -3 "$WORK/resume.log")"
+  cmp "$WORK/full/params.f32" "$WORK/part/params.f32" || fail "parameters differ"
+  python3 "$SRC/tests/faults/same_steps.py" "$WORK/full" "$WORK/part" || fail "records differ"
+  ;;
 resume_sync)
   # SIGUSR1 to mpirun (forwarded to every rank) for sync b = 0 on 4 ranks,
   # then resume: bitwise the uninterrupted run.
