@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -751,11 +752,9 @@ std::string range_text(const Range& r) {
          format_number(r.hi) + (r.hi_open ? ")" : "]");
 }
 
-std::vector<Problem> check(const Config& cfg) {
-  std::vector<Problem> out;
-  const auto add = [&](const KeySpec& spec, const std::string& what) {
-    out.push_back({spec.path(), spec.path() + " = " + format_value(spec, cfg) + ": " + what});
-  };
+// Each key against its own type, range and choices.
+void check_each_key(const Config& cfg,
+                    const std::function<void(const KeySpec&, const std::string&)>& add) {
   for (const auto& spec : key_specs()) {
     switch (spec.type) {
       case KeyType::kFloat: {
@@ -806,8 +805,11 @@ std::vector<Problem> check(const Config& cfg) {
         break;
     }
   }
+}
 
-  // Rules beyond one key's range.
+// Rules beyond one key's range.
+void check_across_keys(const Config& cfg,
+                       const std::function<void(const KeySpec&, const std::string&)>& add) {
   const std::string& name = cfg.run.name;
   const bool has_control = std::any_of(name.begin(), name.end(), [](char c) {
     return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
@@ -858,6 +860,15 @@ std::vector<Problem> check(const Config& cfg) {
   if (cfg.stragglers.model == "trace" && cfg.stragglers.trace.empty()) {
     add(spec_of("stragglers", "model"), "needs stragglers.trace, the path of the trace to replay");
   }
+}
+
+std::vector<Problem> check(const Config& cfg) {
+  std::vector<Problem> out;
+  const auto add = [&](const KeySpec& spec, const std::string& what) {
+    out.push_back({spec.path(), spec.path() + " = " + format_value(spec, cfg) + ": " + what});
+  };
+  check_each_key(cfg, add);
+  check_across_keys(cfg, add);
   return out;
 }
 
