@@ -222,9 +222,11 @@ std::vector<KeySpec> make_key_specs() {
                   "Epochs of accepted examples (used when train.steps = 0)."),
       SYNCOPT_KEY(train, backups, at_least(0), "",
                   "b, backup workers: an update uses N = workers - b gradients. \"auto\": the "
-                  "shard picks N online from the recent arrival times to maximise progress per "
-                  "second, N / (time to the N-th gradient + update cost), with the lr following N "
-                  "(needs optim.scale_lr_by_n = true); the N of each update is in its record.",
+                  "shard picks N every 20 updates from the last 80 versions' arrival times: the "
+                  "smallest N whose rate N / (time to the N-th gradient + update cost) is within "
+                  "3 % of the highest (an update of N gradients is worth less than N of one), "
+                  "with the lr following N (needs optim.scale_lr_by_n = true); the N of each "
+                  "update is in its record.",
                   "auto"),
       SYNCOPT_KEY(train, softsync_c, at_least(1), "", "softsync: gradients aggregated per update."),
       SYNCOPT_KEY(train, ssp_bound, at_least(0), "",
