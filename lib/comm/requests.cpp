@@ -116,12 +116,25 @@ void RecvSlots::post(int slot) {
 
 void RecvSlots::cancel(int slot) {
   auto& req = m_reqs[static_cast<std::size_t>(slot)];
-  if (!cancel_bounded(req)) {
-    throw InternalError("a receive from rank " +
-                        std::to_string(m_slots[static_cast<std::size_t>(slot)].source) +
-                        " could not be cancelled");
+  if (cancel_bounded(req)) {
+    req = MPI_REQUEST_NULL;
+    return;
   }
+  // Already matched to a message the peer was sending when it died (Open MPI
+  // then prints "Read -1, expected N, errno = 3"): such a receive cannot be
+  // cancelled and may never complete. Let MPI release the request whenever
+  // it ends, and keep its buffer for the rest of the process; the slot gets
+  // a fresh one. The run goes on without that peer.
+  auto& s = m_slots[static_cast<std::size_t>(slot)];
+  const std::size_t capacity = s.msg.capacity();
+  (void)MPI_Request_free(&req);  // sets req to MPI_REQUEST_NULL; only logged on failure below
   req = MPI_REQUEST_NULL;
+  new Message(std::move(s.msg));  // NOLINT: deliberate leak, see the header
+  s.msg = Message(capacity);
+  spdlog::warn(
+      "a receive from rank {} was mid-message and could not be cancelled; its buffer ({} "
+      "bytes) is kept until exit",
+      s.source, Message::wire_bytes(capacity));
 }
 
 bool RecvSlots::any_active() const {

@@ -73,6 +73,8 @@ class RecvSlots {
   int add(int source, int tag, MPI_Comm comm, std::size_t capacity);
   void post(int slot);
   // Cancels the slot's receive (a peer that will never send); idempotent.
+  // Never throws: a receive MPI cannot cancel (matched to a message from a
+  // peer that died while sending) is abandoned with its buffer kept.
   void cancel(int slot);
   bool active(int slot) const { return m_reqs[static_cast<std::size_t>(slot)] != MPI_REQUEST_NULL; }
   bool any_active() const;
