@@ -115,25 +115,25 @@ void RecvSlots::post(int slot) {
 }
 
 void RecvSlots::cancel(int slot) {
-  auto& req = m_reqs[static_cast<std::size_t>(slot)];
-  if (cancel_bounded(req)) {
-    req = MPI_REQUEST_NULL;
-    return;
-  }
-  // Already matched to a message the peer was sending when it died (Open MPI
-  // then prints "Read -1, expected N, errno = 3"): such a receive cannot be
-  // cancelled and may never complete. Let MPI release the request whenever
-  // it ends, and keep its buffer for the rest of the process; the slot gets
-  // a fresh one. The run goes on without that peer.
-  auto& s = m_slots[static_cast<std::size_t>(slot)];
+  // A receive already matched to a message the peer was sending when it died
+  // (Open MPI then prints "Read -1, expected N, errno = 3") cannot be
+  // cancelled and may never complete; the run goes on without that peer.
+  const auto i = static_cast<std::size_t>(slot);
+  if (!cancel_bounded(m_reqs[i])) abandon(i);
+  m_reqs[i] = MPI_REQUEST_NULL;
+}
+
+void RecvSlots::abandon(std::size_t i) {
+  auto& s = m_slots[i];
+  (void)MPI_Request_free(&m_reqs[i]);  // best effort: the buffer is kept either way
+  m_reqs[i] = MPI_REQUEST_NULL;
   const std::size_t capacity = s.msg.capacity();
-  (void)MPI_Request_free(&req);  // sets req to MPI_REQUEST_NULL; only logged on failure below
-  req = MPI_REQUEST_NULL;
-  new Message(std::move(s.msg));  // NOLINT: deliberate leak, see the header
+  // Moving the Message keeps its heap storage where it is.
+  new Message(std::move(s.msg));  // NOLINT: deliberate leak, see requests.hpp
   s.msg = Message(capacity);
   spdlog::warn(
-      "a receive from rank {} was mid-message and could not be cancelled; its buffer ({} "
-      "bytes) is kept until exit",
+      "a receive from rank {} could not be cancelled (mid-message from a peer that died?); its "
+      "buffer ({} bytes) is kept until exit",
       s.source, Message::wire_bytes(capacity));
 }
 
@@ -190,14 +190,7 @@ std::vector<RecvSlots::Done> RecvSlots::wait(IdleBackoff& backoff) {
 
 RecvSlots::~RecvSlots() {
   for (std::size_t i = 0; i < m_reqs.size(); ++i) {
-    if (cancel_bounded(m_reqs[i])) continue;
-    // MPI may still write into this slot's buffer: keep it (moving the
-    // Message keeps its heap storage where it is) for the rest of the process.
-    new Slot(std::move(m_slots[i]));  // NOLINT: deliberate leak, see requests.hpp
-    spdlog::warn(
-        "a receive from rank {} could not be cancelled while cleaning up; its buffer is "
-        "kept until exit",
-        m_slots[i].source);
+    if (!cancel_bounded(m_reqs[i])) abandon(i);
   }
 }
 

@@ -100,6 +100,11 @@ class RecvSlots {
     MPI_Comm comm = MPI_COMM_NULL;
     Message msg;
   };
+  // Gives up on slot i's receive, which MPI could not cancel: the request is
+  // freed (MPI releases it whenever it ends) and the buffer MPI may still
+  // write into is kept for the rest of the process; the slot gets a new one.
+  void abandon(std::size_t i);
+
   std::vector<Slot> m_slots;
   std::vector<MPI_Request> m_reqs;  // parallel to m_slots, for MPI_Testsome
   std::vector<int> m_indices;
