@@ -229,17 +229,7 @@ def main():
     args = ap.parse_args()
     if not args.compare and len(args.run_dirs) != 1:
         ap.error("give one run directory, or --compare RUN_DIR...")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        # Debian's matplotlib lives with Debian's python; another python3 may
-        # be first on PATH (pyenv, a venv).
-        if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and \
-                os.path.exists("/usr/bin/python3"):
-            os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-        sys.exit("plot.py: matplotlib is missing; install it with apt-get install python3-matplotlib")
+    plt = runlib.pyplot("plot.py")
     try:
         runs = runlib.load_runs(args.run_dirs)
     except runlib.RunError as e:

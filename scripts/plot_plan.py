@@ -14,6 +14,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runlib  # noqa: E402
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
@@ -21,18 +24,7 @@ def main():
     ap.add_argument("plan", help="a plan.json written by syncopt plan --out")
     ap.add_argument("--out", help="the PNG to write (default: the plan's name with .png)")
     args = ap.parse_args()
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        # Debian's matplotlib lives with Debian's python; another python3 may
-        # be first on PATH (pyenv, a venv).
-        if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and \
-                os.path.exists("/usr/bin/python3"):
-            os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-        sys.exit("plot_plan.py: matplotlib is missing; install it with apt-get install "
-                 "python3-matplotlib")
+    plt = runlib.pyplot("plot_plan.py")
     try:
         with open(args.plan) as f:
             plan = json.load(f)

@@ -17,6 +17,7 @@ that made its step (step 0: time 0). See eval_series().
 import json
 import os
 import statistics
+import sys
 import tomllib
 from collections import defaultdict
 
@@ -24,6 +25,23 @@ MODELLED_CLOCKS = ("virtual", "simulated")
 # Modes whose updates wait for gradients of one version (time to the k-th
 # gradient is defined); in the others every gradient is its own update.
 VERSIONED_MODES = ("sync", "timeout")
+
+
+def pyplot(prog):
+    """matplotlib.pyplot with the Agg backend, for a script named prog.
+    Debian's matplotlib lives with Debian's python; when another python3 is
+    first on PATH (pyenv, a venv) the script is run again with that one."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and \
+                os.path.exists("/usr/bin/python3"):
+            os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+        sys.exit(f"{prog}: matplotlib is missing; install it with apt-get install "
+                 "python3-matplotlib")
 
 
 class RunError(Exception):

@@ -25,14 +25,8 @@ target=${TARGET:-0.85}
 sweep=configs/sweeps/paper-adaptive-b.txt
 # SEEDS=LO-HI: the seeds to run (default 1-3 small, 1-10 full).
 if ((FULL)); then seeds=${SEEDS:-1-10} extra=(); else seeds=${SEEDS:-1-3} extra=(--set train.epochs=1.25); fi
-[[ $seeds =~ ^([0-9]+)-([0-9]+)$ ]] || die "SEEDS=$seeds: write LO-HI, e.g. 1-6" 64
-regex="-s($(seq -s '|' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"))\$"
-((DO_RUN)) && run_sweep "$sweep" "$regex" "${extra[@]}"
-runs=()
-for name in $(sweep_names "$sweep" | grep -E -- "$regex"); do
-  [ "$(run_status "$RUNS/$name")" = completed ] || die "run $RUNS/$name missing or not completed" 66
-  runs+=("$RUNS/$name")
-done
+seed_runs "$sweep" "$seeds" "${extra[@]}"
+runs=("${SEED_RUNS[@]}")
 
 {
   echo "# Adaptive b against every fixed b"

@@ -140,6 +140,23 @@ sweep_names() {
   sweep_lines "$1" | sed -n 's/.*--set run\.name=\([^ ]*\).*/\1/p'
 }
 
+# seed_runs SWEEP SEEDS [EXTRA ARGS...]: the runs of a sweep file whose names
+# end in -s<seed> for a seed in SEEDS (LO-HI): made first unless --no-run
+# (EXTRA appended to each), then checked complete. Sets SEED_RUNS to their
+# directories, in the file's order.
+seed_runs() {
+  local sweep=$1 seeds=$2 regex name
+  shift 2
+  [[ $seeds =~ ^([0-9]+)-([0-9]+)$ ]] || die "SEEDS=$seeds: write LO-HI, e.g. 1-3" 64
+  regex="-s($(seq -s '|' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"))\$"
+  ((DO_RUN)) && run_sweep "$sweep" "$regex" "$@"
+  SEED_RUNS=()
+  for name in $(sweep_names "$sweep" | grep -E -- "$regex"); do
+    [ "$(run_status "$RUNS/$name")" = completed ] || die "run $RUNS/$name missing or not completed" 66
+    SEED_RUNS+=("$RUNS/$name")
+  done
+}
+
 # paper_stop_clock: the load average at the end and the total time into
 # OUT/logs/load.txt (once), so that a table can quote them.
 paper_stop_clock() {

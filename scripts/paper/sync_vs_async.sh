@@ -22,14 +22,8 @@ paper_options sync-vs-async "$@"
 sweep=configs/sweeps/paper-sync-vs-async.txt
 # SEEDS=LO-HI: the seeds to run (default 1 small, 1-3 full).
 if ((FULL)); then seeds=${SEEDS:-1-3} extra=(); else seeds=${SEEDS:-1-1} extra=(--set train.epochs=8); fi
-[[ $seeds =~ ^([0-9]+)-([0-9]+)$ ]] || die "SEEDS=$seeds: write LO-HI, e.g. 1-3" 64
-regex="-s($(seq -s '|' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"))\$"
-((DO_RUN)) && run_sweep "$sweep" "$regex" "${extra[@]}"
-runs=()
-for name in $(sweep_names "$sweep" | grep -E -- "$regex"); do
-  [ "$(run_status "$RUNS/$name")" = completed ] || die "run $RUNS/$name missing or not completed" 66
-  runs+=("$RUNS/$name")
-done
+seed_runs "$sweep" "$seeds" "${extra[@]}"
+runs=("${SEED_RUNS[@]}")
 
 paper_stop_clock
 {
