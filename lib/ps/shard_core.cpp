@@ -35,18 +35,23 @@ ShardCore::ShardCore(Mode mode, int workers, int n, std::size_t count, double ti
   }
 }
 
-void ShardCore::record(int worker, std::uint64_t version, bool accepted, std::int64_t staleness,
-                       double compute_s, float loss, double now, std::uint64_t seq) {
-  GradRecord g;
+GradRecord& ShardCore::add_grad(int worker, std::uint64_t version, double arrival_s,
+                                double compute_s, float loss, std::uint64_t seq) {
+  GradRecord& g = m_current.grads.emplace_back();
   g.worker = worker;
-  g.arrival_s = now - m_step_start;
+  g.arrival_s = arrival_s;
   g.version = version;
-  g.accepted = accepted;
-  g.staleness = staleness;
   g.compute_s = compute_s;
   g.loss = loss;
   g.seq = seq;
-  m_current.grads.push_back(g);
+  return g;
+}
+
+void ShardCore::record(int worker, std::uint64_t version, bool accepted, std::int64_t staleness,
+                       double compute_s, float loss, double now, std::uint64_t seq) {
+  GradRecord& g = add_grad(worker, version, now - m_step_start, compute_s, loss, seq);
+  g.accepted = accepted;
+  g.staleness = staleness;
   if (!accepted) ++m_drops[static_cast<std::size_t>(worker)];
 }
 
@@ -92,14 +97,7 @@ bool ShardCore::on_deferred_grad(int worker, std::uint64_t version, const float*
   m_vtime[w] = vtime;
   ++m_used;
   m_loss_sum += loss;
-  GradRecord g;  // decided at apply()
-  g.worker = worker;
-  g.arrival_s = at;
-  g.version = version;
-  g.compute_s = compute_s;
-  g.loss = loss;
-  g.seq = seq;
-  m_current.grads.push_back(g);
+  add_grad(worker, version, at, compute_s, loss, seq);  // accepted or dropped at apply()
   return true;
 }
 

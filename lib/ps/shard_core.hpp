@@ -123,6 +123,9 @@ class ShardCore {
   void restore(const checkpoint::State& s);
 
  private:
+  // Appends a gradient's record to the current step (arrival from the step's start).
+  metrics::GradRecord& add_grad(int worker, std::uint64_t version, double arrival_s,
+                                double compute_s, float loss, std::uint64_t seq);
   void record(int worker, std::uint64_t version, bool accepted, std::int64_t staleness,
               double compute_s, float loss, double now, std::uint64_t seq);
   bool on_deferred_grad(int worker, std::uint64_t version, const float* grad, float loss,

@@ -2,6 +2,7 @@
 // one contribution per worker per step, the exact mean, async staleness,
 // softsync and timeout rules; and the header validation of the protocol.
 #include <catch2/catch.hpp>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
@@ -246,16 +247,20 @@ TEST_CASE("adaptive N converges to the best N of a synthetic arrival model", "[p
   CHECK(adaptive.n() == 7);
 }
 
+// Versions 0..count-1, each with these arrival times from its start, then
+// applied with no overhead.
+void feed_versions(ps::AdaptiveN& adaptive, std::uint64_t count,
+                   std::initializer_list<double> arrivals) {
+  for (std::uint64_t v = 0; v < count; ++v) {
+    for (const double t : arrivals) adaptive.on_arrival(v, t);
+    adaptive.on_applied(v, 0.0);
+  }
+}
+
 TEST_CASE("adaptive N does not flap on noise below its margin", "[ps][adaptive]") {
   ps::AdaptiveN adaptive(4, 3, 10, 0.05);
   // rate(1..4) = 1.11, 2.11, 3.0, 3.08: N = 4 is 2.6 % better than 3, under 5 %.
-  for (std::uint64_t v = 0; v < 100; ++v) {
-    adaptive.on_arrival(v, 0.9);
-    adaptive.on_arrival(v, 0.95);
-    adaptive.on_arrival(v, 1.0);
-    adaptive.on_arrival(v, 1.3);
-    adaptive.on_applied(v, 0.0);
-  }
+  feed_versions(adaptive, 100, {0.9, 0.95, 1.0, 1.3});
   CHECK(adaptive.n() == 3);
 }
 
@@ -265,13 +270,7 @@ TEST_CASE("adaptive N takes the smallest N whose rate is within its margin of th
   // at a smaller N is the better choice: from N = 4 (rate 3.08) it moves to
   // N = 3 (rate 3.0, within 5 %).
   ps::AdaptiveN adaptive(4, 4, 10, 0.05);
-  for (std::uint64_t v = 0; v < 100; ++v) {
-    adaptive.on_arrival(v, 0.9);
-    adaptive.on_arrival(v, 0.95);
-    adaptive.on_arrival(v, 1.0);
-    adaptive.on_arrival(v, 1.3);
-    adaptive.on_applied(v, 0.0);
-  }
+  feed_versions(adaptive, 100, {0.9, 0.95, 1.0, 1.3});
   CHECK(adaptive.n() == 3);
 }
 
