@@ -146,7 +146,7 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
                 100.0 * r.final_eval.accuracy, 100.0 * r.final_eval_ema.accuracy,
                 r.final_eval.loss);
     std::printf("         run directory: %s\n", r.run_dir.string().c_str());
-    if (r.outcome.status == "stopped") {
+    if (r.outcome.status() == RunStatus::kStopped) {
       std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
                   r.outcome.detail.c_str());
     }
@@ -168,7 +168,7 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     std::printf("\n%s", r.report.c_str());
     std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
                 r.run_dir.string().c_str(), r.run_dir.string().c_str(), r.run_dir.string().c_str());
-    if (r.outcome.status == "stopped") {
+    if (r.outcome.status() == RunStatus::kStopped) {
       std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
                   r.outcome.detail.c_str());
     }

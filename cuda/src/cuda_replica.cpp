@@ -31,7 +31,7 @@ class CudaReplica final : public replica::Replica {
       : m_net(net),
         m_options(options),
         m_count(count),
-        m_rmsprop(checked_optimizer(options.optim) == "rmsprop"),
+        m_rmsprop(is_rmsprop(options.optim)),
         m_use_ema(options.ema_decay > 0.0),
         m_device(activate(net.device())),
         m_stream(static_cast<cudaStream_t>(net.stream())),
@@ -120,7 +120,7 @@ class CudaReplica final : public replica::Replica {
     checkpoint::State s;
     s.put("theta", host_vector(m_theta));
     checkpoint::State opt;
-    opt.put("name", o.name);
+    opt.put("name", config::to_string(o.name));
     opt.put("momentum", o.momentum);
     opt.put("rms_decay", o.rms_decay);
     opt.put("eps", o.eps);
@@ -171,9 +171,8 @@ class CudaReplica final : public replica::Replica {
   }
 
  private:
-  static const std::string& checked_optimizer(const optim::OptimizerOptions& o) {
-    (void)optim::Optimizer(o, 0);  // ConfigError for an unknown name, as on the host
-    return o.name;
+  static bool is_rmsprop(const optim::OptimizerOptions& o) {
+    return o.name == config::OptimizerName::kRmsprop;
   }
   static int activate(int device) {
     SYNCOPT_CHECK_CUDA(cudaSetDevice(device));

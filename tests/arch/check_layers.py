@@ -20,7 +20,7 @@ LAYERS = {
     "config": {"common"},
     "comm": {"common"},
     "nn": {"common"},
-    "data": {"common", "checkpoint"},
+    "data": {"common", "config", "checkpoint"},
     "optim": {"common", "config", "checkpoint"},
     "metrics": {"common", "config"},
     "layout": {"common", "config"},

@@ -208,7 +208,7 @@ TEST_CASE("cuda kernels: SGD, RMSProp and EMA equal syncopt::optim bit for bit",
   for (const char* name : {"sgd", "rmsprop"}) {
     DYNAMIC_SECTION(name) {
       optim::OptimizerOptions opt;
-      opt.name = name;
+      opt.name = *syncopt::config::enum_from_name<syncopt::config::OptimizerName>(name);
       opt.momentum = 0.9;
       opt.rms_decay = 0.9;
       opt.eps = 1e-8;
@@ -225,7 +225,7 @@ TEST_CASE("cuda kernels: SGD, RMSProp and EMA equal syncopt::optim bit for bit",
         cpu.step(p_cpu.data(), grad.data(), lr);
         auto d_g = to_device(grad);
         const auto mu = static_cast<float>(opt.momentum), wd = static_cast<float>(opt.weight_decay);
-        if (opt.name == "sgd") {
+        if (opt.name == syncopt::config::OptimizerName::kSgd) {
           cu::sgd_step(d_p.get(), d_g.get(), d_mom.get(), n, lr, mu, wd, nullptr);
         } else {
           cu::rmsprop_step(d_p.get(), d_g.get(), d_ms.get(), d_mom.get(), n, lr,
