@@ -47,6 +47,12 @@ BINARIES=(syncopt tests/syncopt_cuda_tests tests/syncopt_nccl_mpi tests/syncopt_
 SKIP_RE='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvidia-[a-z]*|libnvrtc[a-z.-]*|libnvJitLink)\.so'
 
 say() { printf '== %s\n' "$*"; }
+# Whether $1 is an ELF file (its magic number; `file` is not on every machine).
+is_elf() {
+  local magic=""
+  IFS= read -r -n 4 magic <"$1" 2>/dev/null || true
+  [[ "$magic" == $'\x7fELF' ]]
+}
 
 # --- 1. build -----------------------------------------------------------------
 if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
@@ -118,7 +124,7 @@ scan() {  # $1 = an ELF file; puts what it needs from this system
   done < <(ldd "$1" 2>/dev/null | awk '/=>/ {print $1, $3}')
 }
 for f in "$STAGE"/bin/* $(find "$STAGE/root" -type f \( -name '*.so*' -o -perm -u+x \)); do
-  file -b "$f" | grep -q ELF && scan "$f"
+  if is_elf "$f"; then scan "$f"; fi
 done
 # What each carried ELF file needs of the machine's C and C++ runtimes: the
 # newest symbol versions it references (gpu-check.sh compares them with the
@@ -130,7 +136,7 @@ need_versions() {  # $1 = GLIBC or GLIBCXX; prints "VERSION FILE" per file that 
       sed "s/^${1}_//" | sort -uV | tail -1)"
     if [[ -n "$v" ]]; then echo "$v ${f#"$STAGE"/}"; fi
   done < <(find "$STAGE/bin" "$STAGE/root" -type f \( -name '*.so*' -o -perm -u+x \) -print |
-    while IFS= read -r f; do file -b "$f" | grep -q ELF && echo "$f"; done)
+    while IFS= read -r f; do if is_elf "$f"; then echo "$f"; fi; done)
 }
 {
   # One line per version, newest first, listing the files that need it.
