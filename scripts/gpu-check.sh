@@ -381,14 +381,23 @@ try:
 except OSError:
     cannot.append(f"no {carry}/REQUIRES: run scripts/gpu-pack.sh here and carry .gpu-carry")
 def too_new(kind, have):
-    bad = [(v, files) for v, files in req.get(kind, []) if have is None or vkey(v) > vkey(have)]
-    return [f"{len(files)} carried file(s) need {kind} {v}, this machine has {have}: "
-            + ", ".join(os.path.basename(x) for x in files[:6]) + (" ..." if len(files) > 6 else "")
-            for v, files in bad]
-for problem in too_new("glibc", m["glibc"]) + too_new("glibcxx", m["glibcxx"]):
-    hint = ("; the carried Open MPI (libevent) cannot start, so no mpirun step can run"
-            if "libevent" in problem or "orterun" in problem else "")
-    cannot.append(problem + hint + "; the fallback build (.gpu-carry/debs) may replace the binaries")
+    out = []
+    for v, files in req.get(kind, []):
+        if have is not None and vkey(v) <= vkey(have):
+            continue
+        names = [os.path.basename(x) for x in files]
+        text = (f"{len(files)} carried file(s) need {kind} {v}, this machine has {have}: "
+                + ", ".join(names[:6]) + (" ..." if len(names) > 6 else ""))
+        if any(n.startswith(("libevent", "libopen-", "libmpi", "libpmix", "orterun")) for n in names):
+            text += "; the carried Open MPI cannot start, so no mpirun step can run"
+        # The fallback build replaces bin/ only; it links the same carried libraries.
+        if all(x.startswith("bin/") for x in files):
+            text += "; the fallback build (.gpu-carry/debs) may replace these binaries"
+        else:
+            text += "; the fallback build cannot help (it links the same carried libraries)"
+        out.append(text)
+    return out
+cannot += too_new("glibc", m["glibc"]) + too_new("glibcxx", m["glibcxx"])
 m["timed_out"] = timed_out
 for t in timed_out:
     cannot.append(f"{t} did not answer in time: a hung driver? (the CUDA runtime decides below)")
