@@ -543,7 +543,9 @@ if ((!BUNDLE_OK)) || [[ "${SYNCOPT_GPU_CHECK_FORCE_BUILD:-0}" == 1 ]]; then
     done
     GEN=()
     command -v ninja >/dev/null && GEN=(-G Ninja)
-    run build 300 env LD_LIBRARY_PATH="$LIB_PATH" bash -c "cmake -S '$ROOT' -B '$WORK/build' ${GEN[*]} -DCMAKE_BUILD_TYPE=Release \
+    # The sysroot's compiler wrappers (mpicxx.openmpi) and protoc need its libraries
+    # and Open MPI's relocation, as the wrappers give them.
+    run build 300 env LD_LIBRARY_PATH="$LIB_PATH" OPAL_PREFIX="$U" PATH="$U/bin:$PATH" bash -c "cmake -S '$ROOT' -B '$WORK/build' ${GEN[*]} -DCMAKE_BUILD_TYPE=Release \
         -DSYNCOPT_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER='$NVCC' \
         -DCMAKE_PREFIX_PATH='$U' -DCUDNN_ROOT='$CUDNN_ROOT' -DNCCL_ROOT='$NCCL_ROOT' \
         -DMPI_CXX_COMPILER='$U/bin/mpicxx.openmpi' -DMPI_C_COMPILER='$U/bin/mpicc.openmpi' \
