@@ -147,8 +147,9 @@ def main():
         import torch
         if not torch.cuda.is_available():
             peer_note = "PyTorch sees no GPU"
-    except ImportError:
-        peer_note = "PyTorch is not installed"
+    except ModuleNotFoundError as e:
+        peer_note = ("PyTorch is not installed" if e.name == "torch" else
+                     f"importing PyTorch failed: {type(e).__name__}: {str(e)[:300]}")
     except Exception as e:  # a library clash, a driver problem: no peer, but a report
         peer_note = f"importing PyTorch failed: {type(e).__name__}: {str(e)[:300]}"
     if peer_note:

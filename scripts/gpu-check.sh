@@ -153,6 +153,7 @@ def detail_versions(path):
     cuda = [p for p in v["loaded"] if any(k in p for k in keys)]
     print(f"cudart {v['cuda_runtime']}, cuBLAS {v['cublas']}, cuDNN {v['cudnn']}, NCCL {v['nccl']}, "
           f"driver {v['driver_release']} (CUDA {v['driver_cuda']}); loaded: {' '.join(cuda)}"
+          + ("; notes: " + "; ".join(v.get("notes", [])) if v.get("notes") else "")
           + ("; PROBLEMS: " + "; ".join(v["problems"]) if v["problems"] else ""))
 
 def train_verdict(path, min_acc):

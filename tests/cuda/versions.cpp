@@ -7,10 +7,12 @@
 // the libraries they load on demand (cuBLASLt's kernels, cuDNN's
 // sub-libraries) are listed as well.
 //
-// Exit 0 when every library loaded and agrees with the headers this was
-// built against (same cuDNN major, NCCL not older, a driver that supports
-// the runtime, or no driver at all); 1 with "problems" listing what does
-// not.
+// Exit 0 when every library loaded and can serve the build: the cuBLAS and
+// cuDNN majors it was built against, NCCL 2.14 or newer (the oldest with
+// every call cuda/ makes: ncclCommInitRankConfig, ncclCommFinalize), a
+// driver that supports the runtime, or no driver at all; 1 with "problems"
+// listing what cannot. "notes" say what differs but works (an NCCL older
+// than the headers, yet >= 2.14).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -104,11 +106,16 @@ int main() {
     problems.push_back("cuDNN " + cudnn_version(cudnn) + " loaded, built against " +
                        cudnn_version(CUDNN_VERSION));
   }
+  std::vector<std::string> notes;
   int nccl = 0;
   (void)ncclGetVersion(&nccl);
-  if (nccl < NCCL_VERSION_CODE) {
-    problems.push_back("NCCL " + nccl_version(nccl) + " loaded, older than the " +
-                       nccl_version(NCCL_VERSION_CODE) + " it was built against");
+  constexpr int kOldestNccl = 21400;
+  if (nccl < kOldestNccl) {
+    problems.push_back("NCCL " + nccl_version(nccl) + " loaded; cuda/ needs " +
+                       nccl_version(kOldestNccl) + " or newer");
+  } else if (nccl < NCCL_VERSION_CODE) {
+    notes.push_back("NCCL " + nccl_version(nccl) + " loaded, older than the " +
+                    nccl_version(NCCL_VERSION_CODE) + " headers of the build (it has every call)");
   }
   if (driver != 0 && driver < runtime) {
     problems.push_back("the driver supports CUDA " + cuda_version(driver) +
@@ -148,6 +155,8 @@ int main() {
   out += ", \"nccl_built\": " + json_string(nccl_version(NCCL_VERSION_CODE));
   out += ", \"loaded\": [";
   for (std::size_t i = 0; i < paths.size(); ++i) out += (i ? ", " : "") + json_string(paths[i]);
+  out += "], \"notes\": [";
+  for (std::size_t i = 0; i < notes.size(); ++i) out += (i ? ", " : "") + json_string(notes[i]);
   out += "], \"problems\": [";
   for (std::size_t i = 0; i < problems.size(); ++i) {
     out += (i ? ", " : "") + json_string(problems[i]);
