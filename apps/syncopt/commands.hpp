@@ -8,14 +8,26 @@
 #include <vector>
 
 #include "comm/mpi.hpp"
+#include "train/run_meta.hpp"
 
 namespace syncopt::app {
 
-// The build, as ranks compare it (one build across ranks) and --version shows it.
+// The build, as ranks compare it (one build across ranks) and --version
+// shows it: version, git commit ("unknown" outside git; "modified" when
+// tracked files differed from it), build time (build_info.cpp).
 extern const std::string kBuildId;
+extern const char* const kVersion;
+extern const char* const kGitCommit;
+extern const bool kGitDirty;
+
+// The command line and the build, as run.json records them.
+train::Invocation make_invocation(const std::vector<std::string>& argv,
+                                  const std::string& config_path,
+                                  const std::vector<std::string>& overrides);
 extern const char* const kExitCodes;
 
 struct TrainArgs {
+  std::vector<std::string> argv;  // the whole command line, for run.json
   std::string config_path;
   std::vector<std::string> overrides;
   bool dry_run = false;
@@ -28,9 +40,11 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& args);
 int run_train(const TrainArgs& args, comm::MpiSession& mpi);
 
 int run_report(const std::string& dir);
+int run_export(const std::string& dir, const std::string& out);
 int run_checkpoints(const std::string& dir);
 
 struct SimulateArgs {
+  std::vector<std::string> argv;  // the whole command line, for run.json
   std::string config_path;
   std::vector<std::string> overrides;
   std::string from;

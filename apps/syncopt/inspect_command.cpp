@@ -1,4 +1,4 @@
-// `syncopt report`, `syncopt checkpoints` (see commands.hpp).
+// `syncopt report`, `syncopt export`, `syncopt checkpoints` (see commands.hpp).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,32 +9,62 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "commands.hpp"
+#include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "metrics/analysis.hpp"
+#include "metrics/export.hpp"
+#include "train/run_meta.hpp"
 
 namespace syncopt::app {
 
+// A finished run is read from its summary.json; one without (running,
+// paused, killed) from its records, and said to be incomplete, with why.
 int run_report(const std::string& dir) {
   using namespace syncopt;
   const std::filesystem::path run(dir);
-  if (!std::filesystem::exists(run / "summary.json")) {
-    throw MissingInputError("'" + (run / "summary.json").string() +
-                            "' not found: give the directory of a finished run (runs/<name>)");
+  const bool has_summary = std::filesystem::exists(run / "summary.json");
+  if (!has_summary && !std::filesystem::exists(run / "steps.jsonl")) {
+    throw MissingInputError("'" + dir +
+                            "' holds no records (no summary.json, no steps.jsonl): give a run "
+                            "directory, e.g. runs/<name>");
   }
-  std::ifstream in(run / "summary.json");
-  nlohmann::json summary;
-  try {
-    in >> summary;
-  } catch (const std::exception& e) {
-    throw DataError((run / "summary.json").string() + ": not JSON (" + e.what() + ")");
-  }
-  const auto steps = metrics::read_steps(run / "steps.jsonl");
+  const train::RunStatus status = train::run_status(run);
+  const bool torn_ok = !status.complete();
+  const auto steps = std::filesystem::exists(run / "steps.jsonl")
+                         ? metrics::read_steps(run / "steps.jsonl", torn_ok)
+                         : std::vector<metrics::StepRecord>{};
   const auto evals = std::filesystem::exists(run / "eval.jsonl")
-                         ? metrics::read_jsonl(run / "eval.jsonl")
+                         ? metrics::read_jsonl(run / "eval.jsonl", torn_ok)
                          : std::vector<nlohmann::json>{};
-  const auto info = metrics::run_info_from_summary(summary);
+  metrics::RunInfo info;
+  if (has_summary) {
+    nlohmann::json summary;
+    try {
+      summary = nlohmann::json::parse(read_file_bytes(run / "summary.json"));
+    } catch (const std::exception& e) {
+      throw DataError((run / "summary.json").string() + ": not JSON (" + e.what() + ")");
+    }
+    info = metrics::run_info_from_summary(summary);
+  } else {
+    info = train::partial_run_info(run, steps, evals);
+  }
   const auto an = metrics::analyze(steps, info);
-  std::printf("run %s\n%s", dir.c_str(), metrics::format_report(an, evals).c_str());
+  const std::string why = status.complete() ? "" : status.status + ": " + status.why;
+  std::printf("run %s\n%s", dir.c_str(), metrics::format_report(an, evals, why).c_str());
+  return 0;
+}
+
+// `syncopt export RUN_DIR --csv [--out DIR]`: the records as CSV files.
+int run_export(const std::string& dir, const std::string& out) {
+  using namespace syncopt;
+  const std::filesystem::path run(dir);
+  const std::filesystem::path to = out.empty() ? run / "csv" : std::filesystem::path(out);
+  const train::RunStatus status = train::run_status(run);
+  if (!status.complete()) {
+    std::fprintf(stderr, "syncopt export: %s is incomplete (%s): %s\n", dir.c_str(),
+                 status.status.c_str(), status.why.c_str());
+  }
+  for (const auto& f : metrics::export_csv(run, to)) std::printf("%s\n", f.string().c_str());
   return 0;
 }
 

@@ -1,0 +1,36 @@
+// What this binary is: its version and the git commit it was built from
+// (build_info.hpp, generated at every build by cmake/build_info.cmake), as
+// `syncopt --version` prints it, run.json records it and ranks compare it.
+#include "build_info.hpp"
+
+#include <filesystem>
+
+#include "commands.hpp"
+
+namespace syncopt::app {
+
+const std::string kBuildId = std::string("syncopt ") + SYNCOPT_VERSION + " (git " +
+                             SYNCOPT_GIT_COMMIT + (SYNCOPT_GIT_DIRTY ? ", modified" : "") +
+                             ") built " + __DATE__ + " " + __TIME__;
+
+const char* const kVersion = SYNCOPT_VERSION;
+const char* const kGitCommit = SYNCOPT_GIT_COMMIT;
+const bool kGitDirty = SYNCOPT_GIT_DIRTY;
+
+syncopt::train::Invocation make_invocation(const std::vector<std::string>& argv,
+                                           const std::string& config_path,
+                                           const std::vector<std::string>& overrides) {
+  syncopt::train::Invocation inv;
+  inv.argv = argv;
+  inv.config_path = config_path;
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(config_path, ec);
+  inv.config_files = {ec ? config_path : abs.lexically_normal().string()};
+  inv.overrides = overrides;
+  inv.version = kVersion;
+  inv.git_commit = kGitCommit;
+  inv.git_dirty = kGitDirty;
+  return inv;
+}
+
+}  // namespace syncopt::app
