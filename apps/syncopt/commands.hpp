@@ -41,7 +41,8 @@ int run_train(const TrainArgs& args, comm::MpiSession& mpi);
 
 int run_report(const std::string& dir);
 int run_export(const std::string& dir, const std::string& out);
-int run_checkpoints(const std::string& dir);
+// fields: also every saved field of every part, with its kind and size.
+int run_checkpoints(const std::string& dir, bool fields);
 
 struct SimulateArgs {
   std::vector<std::string> argv;  // the whole command line, for run.json

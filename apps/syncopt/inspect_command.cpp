@@ -88,8 +88,26 @@ std::size_t non_finite(const syncopt::checkpoint::State& s) {
 
 }  // namespace
 
+// Every field below `s`, one per line: "  part.child.name  kind [count]".
+void print_fields(const syncopt::checkpoint::State& s, const std::string& prefix) {
+  for (const auto& name : s.names()) {
+    const std::string kind = s.kind_of(name);
+    if (kind == "child state") {
+      print_fields(s.child(name), prefix + name + ".");
+      continue;
+    }
+    std::string size;
+    if (kind == "float array") size = std::to_string(s.get<std::vector<float>>(name).size());
+    if (kind == "u64 array") size = std::to_string(s.get<std::vector<std::uint64_t>>(name).size());
+    if (kind == "i64 array") size = std::to_string(s.get<std::vector<std::int64_t>>(name).size());
+    if (kind == "string") size = std::to_string(s.get<std::string>(name).size()) + " bytes";
+    std::printf("    %-40s %s%s\n", (prefix + name).c_str(), kind.c_str(),
+                size.empty() ? "" : (" [" + size + "]").c_str());
+  }
+}
+
 // `syncopt checkpoints RUN_DIR`: what is saved, and whether the latest loads.
-int run_checkpoints(const std::string& dir) {
+int run_checkpoints(const std::string& dir, bool fields) {
   using namespace syncopt;
   const auto steps = checkpoint::committed_steps(dir);
   const auto latest = checkpoint::latest_step(dir);
@@ -103,7 +121,10 @@ int run_checkpoints(const std::string& dir) {
   std::printf("latest: step %llu, %zu parts, %zu bytes, created %s; sizes and CRC-32 verified\n",
               static_cast<unsigned long long>(*latest), ck.parts.size(), nbytes,
               ck.manifest.created_utc.c_str());
-  for (const auto& [part, state] : ck.parts) std::printf("  %s\n", part.c_str());
+  for (const auto& [part, state] : ck.parts) {
+    std::printf("  %s\n", part.c_str());
+    if (fields) print_fields(state, part + ".");
+  }
   if (bad > 0) {
     throw DataError(dir + ": the latest checkpoint holds " + std::to_string(bad) +
                     " non-finite values");

@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
                          "CRC-32 against its manifest, and every saved float finite (65 if not, "
                          "66 if there is none).");
   ckpts->add_option("run_dir", ckpt_dir, "A run directory, e.g. runs/fmnist-sync")->required();
+  bool ckpt_fields = false;
+  ckpts->add_flag("--fields", ckpt_fields,
+                  "Also list every saved field of every part (kind and size)");
 
   std::string report_dir;
   auto* report = app.add_subcommand(
@@ -154,7 +157,7 @@ int main(int argc, char** argv) {
     if (report->parsed() && mpi.rank() == 0) code = run_report(report_dir);
     if (exporter->parsed() && mpi.rank() == 0) code = run_export(export_dir, export_out);
     if (keys->parsed() && mpi.rank() == 0) std::printf("%s", config::key_reference().c_str());
-    if (ckpts->parsed() && mpi.rank() == 0) code = run_checkpoints(ckpt_dir);
+    if (ckpts->parsed() && mpi.rank() == 0) code = run_checkpoints(ckpt_dir, ckpt_fields);
     if (simulate->parsed() && mpi.rank() == 0) code = run_simulate(sargs);
     if (plan->parsed() && mpi.rank() == 0) code = run_plan(pargs);
   } catch (const AgreedError& e) {

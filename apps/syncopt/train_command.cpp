@@ -104,6 +104,19 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
     std::printf("rank %d: %s%s\n", r, lines.data() + kLine * r,
                 shard ? " (a shard applies its updates on the CPU)" : "");
   }
+  // What the run's params.f32 will hold (docs/outputs.md).
+  std::printf(
+      "# params.f32 and params_ema.f32: %zu float32 values (little-endian), in this order:\n"
+      "#   %-12s %-18s %10s %10s\n",
+      layout.count, "name", "shape", "offset", "count");
+  for (const auto& v : layout.views) {
+    std::string shape = "[";
+    for (std::size_t i = 0; i < v.shape.size(); ++i) {
+      shape += (i ? ", " : "") + std::to_string(v.shape[i]);
+    }
+    shape += "]";
+    std::printf("#   %-12s %-18s %10zu %10zu\n", v.name.c_str(), shape.c_str(), v.offset, v.count);
+  }
 }
 
 // FNV-1a, 64 bits: a fingerprint, not a defence against tampering.
