@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "commands.hpp"
+#include "config/include.hpp"
 
 namespace syncopt::app {
 
@@ -23,9 +24,12 @@ syncopt::train::Invocation make_invocation(const std::vector<std::string>& argv,
   syncopt::train::Invocation inv;
   inv.argv = argv;
   inv.config_path = config_path;
-  std::error_code ec;
-  const auto abs = std::filesystem::absolute(config_path, ec);
-  inv.config_files = {ec ? config_path : abs.lexically_normal().string()};
+  // The config and every file it includes, base first, absolute.
+  for (const auto& f : syncopt::config::config_files(config_path)) {
+    std::error_code ec;
+    const auto abs = std::filesystem::absolute(f, ec);
+    inv.config_files.push_back(ec ? f : abs.lexically_normal().string());
+  }
   inv.overrides = overrides;
   inv.version = kVersion;
   inv.git_commit = kGitCommit;

@@ -1,6 +1,7 @@
 // The subcommands of the syncopt binary, one file each: train
-// (train_command.cpp), report, keys and checkpoints (inspect_command.cpp),
-// simulate and plan (sim_command.cpp). main.cpp parses and dispatches.
+// (train_command.cpp), report, export, keys and checkpoints
+// (inspect_command.cpp), simulate and plan (sim_command.cpp), sweep
+// (sweep_command.cpp). main.cpp parses and dispatches.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -53,6 +54,15 @@ struct SimulateArgs {
 };
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args);
 int run_simulate(const SimulateArgs& args);
+
+struct SweepArgs {
+  std::string config_path;
+  std::vector<std::string> axes;  // -m key=v1,v2
+  std::vector<std::string> overrides;
+  std::string out;
+};
+CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args);
+int run_sweep(const SweepArgs& args);
 
 struct PlanArgs {
   int workers = 0;

@@ -129,6 +129,8 @@ int main(int argc, char** argv) {
   auto* simulate = add_simulate_command(app, sargs);
   PlanArgs pargs;
   auto* plan = add_plan_command(app, pargs);
+  SweepArgs wargs;
+  auto* sweep = add_sweep_command(app, wargs);
 
   // MPI first: every mode runs under mpirun and the logger carries the rank.
   int code = 0;
@@ -160,6 +162,7 @@ int main(int argc, char** argv) {
     if (ckpts->parsed() && mpi.rank() == 0) code = run_checkpoints(ckpt_dir, ckpt_fields);
     if (simulate->parsed() && mpi.rank() == 0) code = run_simulate(sargs);
     if (plan->parsed() && mpi.rank() == 0) code = run_plan(pargs);
+    if (sweep->parsed() && mpi.rank() == 0) code = run_sweep(wargs);
   } catch (const AgreedError& e) {
     // Every rank knows of this error and ends cleanly; only the rank(s)
     // where it happened say why.

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "config/include.hpp"
 
 namespace syncopt::config {
 namespace {
@@ -930,7 +931,10 @@ class Loader {
       add(path + ": cannot read the config file (" + std::strerror(errno) + ")");
       return;
     }
-    read_text(text.str(), path);
+    // The file and what it includes, base first (config/include.hpp).
+    std::vector<std::string> include_problems;
+    for (const auto& f : resolve_includes(path, include_problems)) read_text(f.text, f.path);
+    for (auto& p : include_problems) add(std::move(p));
   }
 
   void read_text(const std::string& text, const std::string& origin) {

@@ -140,8 +140,8 @@ def anchors(path):
 
 
 class Checker:
-    def __init__(self, repo):
-        self.repo, self.failures, self.notes = repo, [], []
+    def __init__(self, repo, build):
+        self.repo, self.build, self.failures, self.notes = repo, build, [], []
 
     def fail(self, msg):
         self.failures.append(msg)
@@ -190,10 +190,12 @@ class Checker:
                 full = os.path.join(self.repo, sweep)
                 if not os.path.exists(full):
                     continue  # a file the example makes up (two-runs.txt)
+                # Outside SLURM sweep.sbatch lists the runs (grid lines expanded).
+                env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+                env["SYNCOPT_BIN"] = os.path.join(self.build, "syncopt")
                 out = subprocess.run(["bash", os.path.join(self.repo, "scripts/slurm/sweep.sbatch"),
-                                      full], capture_output=True, text=True,
-                                     env={k: v for k, v in os.environ.items()
-                                          if not k.startswith("SLURM_")})
+                                      full], capture_output=True, text=True, env=env,
+                                     cwd=self.repo)
                 m = re.search(r"--array=0-(\d+)", out.stdout)
                 if not m:
                     self.fail(f"{path}:{n}: sweep.sbatch could not list {sweep}: {out.stderr}")
@@ -266,7 +268,7 @@ def main():
     pages = args.file or (["README.md"] + sorted(
         os.path.join("docs", f) for f in os.listdir(os.path.join(repo, "docs")) if f.endswith(".md")))
 
-    checker = Checker(repo)
+    checker = Checker(repo, build)
     for rel in PENDING:
         if os.path.exists(os.path.join(repo, rel)):
             checker.fail(f"{rel} exists now: remove it from PENDING in tests/docs/doc_commands.py")

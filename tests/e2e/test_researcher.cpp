@@ -196,3 +196,55 @@ TEST_CASE("a run that was not evaluated says so and never shows 0.00 %", "[e2e][
   CHECK(doc["launches"][0]["status"] == "completed");
   fs::remove_all(dir);
 }
+
+TEST_CASE("syncopt sweep writes a grid that sweep.sbatch runs line by line", "[e2e][sweep]") {
+  const auto dir = temp_dir("sweep");
+  const std::string out = (dir / "grid.txt").string();
+  const Result r =
+      run("sweep " + src("configs/smoke.toml") +
+          " -m train.batch=8,16 -m optim.lr=0.01,0.02,0.05 --set train.steps=3 --out " + out);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.output, Catch::Contains("6 runs written") && Catch::Contains("--array=0-5"));
+  // sweep.sbatch outside SLURM lists the runs and the range to submit.
+  const Result list = run_command("SYNCOPT_BIN=" + std::string(SYNCOPT_EXE) + " bash " +
+                                  src("scripts/slurm/sweep.sbatch") + " " + out);
+  INFO(list.output);
+  CHECK(list.code == 0);
+  CHECK_THAT(list.output, Catch::Contains("5: ") && Catch::Contains("sbatch --array=0-5 ") &&
+                              Catch::Contains("run.name=smoke_batch=16_lr=0.05"));
+  // Line 4 as an array task would run it: its run is named by its values.
+  std::ifstream in(out);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty() && l[0] != '#') lines.push_back(l);
+  }
+  REQUIRE(lines.size() == 6);
+  const Result one = run("train " + lines[4] + " --quiet --set run.dir=" + dir.string());
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  const std::string cfg = read_text(dir / "smoke_batch=16_lr=0.02" / "config.toml");
+  CHECK_THAT(cfg, Catch::Contains("batch = 16") && Catch::Contains("lr = 0.02"));
+  // A grid with an invalid combination is refused whole, naming it.
+  const Result bad = run("sweep " + src("configs/smoke.toml") + " -m train.batch=8,0");
+  CHECK(bad.code == 78);
+  CHECK_THAT(bad.output, Catch::Contains("smoke_batch=0") && Catch::Contains("train.batch"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("run.json records every file of a config that includes others", "[e2e][sweep]") {
+  const auto dir = temp_dir("include");
+  write_text(dir / "base.toml", read_text(src("configs/smoke.toml")));
+  write_text(dir / "exp.toml", "include = \"base.toml\"\n[train]\nsteps = 3\n");
+  const Result r = run("train " + (dir / "exp.toml").string() + " --quiet --set run.dir=" +
+                       (dir / "runs").string() + " --set model.name=mlp");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const json l = json::parse(read_text(dir / "runs" / "smoke" / "run.json"))["launches"][0];
+  REQUIRE(l["config_files"].size() == 2);
+  CHECK(l["config_files"][0]["path"] == (dir / "base.toml").string());
+  CHECK(l["config_files"][1]["path"] == (dir / "exp.toml").string());
+  CHECK(l["config_files"][1]["text"] == read_text(dir / "exp.toml"));
+  CHECK(read_jsonl(dir / "runs" / "smoke" / "steps.jsonl").size() == 3);
+  fs::remove_all(dir);
+}
