@@ -40,6 +40,7 @@ std::string subcommand_list(const CLI::App& app) {
     std::string d = sub->get_description();
     const auto end = d.find_first_of(".:(");
     if (end != std::string::npos) d.resize(end);
+    while (!d.empty() && d.back() == ' ') d.pop_back();
     out += "  " + sub->get_name() +
            std::string(12 - std::min<std::size_t>(11, sub->get_name().size()), ' ') + d + "\n";
   }
