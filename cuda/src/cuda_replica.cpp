@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/parts.hpp"
 #include "common/error.hpp"
 #include "optim/optimizer.hpp"
 #include "syncopt_cuda/api.hpp"
@@ -131,54 +132,36 @@ class CudaReplica final : public replica::Replica {
   }
 
   checkpoint::State state() const override {
-    const optim::OptimizerOptions& o = m_options.optim;
+    const std::vector<float> ms = m_rmsprop ? host_vector(m_ms) : std::vector<float>{};
     checkpoint::State s;
-    s.put("theta", host_vector(m_theta));
-    checkpoint::State opt;
-    opt.put("name", config::to_string(o.name));
-    opt.put("momentum", o.momentum);
-    opt.put("rms_decay", o.rms_decay);
-    opt.put("eps", o.eps);
-    opt.put("weight_decay", o.weight_decay);
-    opt.put("count", std::uint64_t{m_count});
-    opt.put("mom", host_vector(m_mom));
-    if (m_rmsprop) opt.put("ms", host_vector(m_ms));
-    s.put_child("optim", std::move(opt));
-    if (m_use_ema) {
-      checkpoint::State ema;
-      ema.put("decay", m_options.ema_decay);
-      ema.put("count", std::uint64_t{m_count});
-      ema.put("updates", m_ema_updates);
-      ema.put("avg", host_vector(m_ema));
-      s.put_child("ema", std::move(ema));
-    }
+    checkpoint::put_params(
+        s, host_vector(m_theta),
+        optim::Optimizer::encode(m_options.optim, host_vector(m_mom), m_rmsprop ? &ms : nullptr),
+        m_use_ema ? std::optional<checkpoint::State>(
+                        optim::Ema::encode(m_options.ema_decay, m_ema_updates, host_vector(m_ema)))
+                  : std::nullopt);
     return s;
   }
 
   void restore(const checkpoint::State& s) override {
-    // optim/ checks every field (options, counts, lengths) before anything
-    // here changes; a failed restore leaves the replica as it was.
-    const auto& theta = s.get<std::vector<float>>("theta");
-    if (theta.size() != m_count) {
-      throw DataError(s.field_error(
-          "theta",
-          std::to_string(theta.size()) + " parameters, this model has " + std::to_string(m_count)));
-    }
-    const checkpoint::State& so = s.child("optim");
+    // The layout (checkpoint/parts.hpp) and optim/ check every field
+    // (options, counts, lengths) before anything here changes; a failed
+    // restore leaves the replica as it was.
+    const checkpoint::ParamsPart p = checkpoint::get_params(s, m_count, m_use_ema, "model");
     optim::Optimizer check(m_options.optim, m_count);
-    check.restore(so);
+    check.restore(p.optim);
     std::vector<float> zeros;
     optim::Ema ema_check(m_options.ema_decay, nullptr, 0);
     if (m_use_ema) {
       zeros.assign(m_count, 0.0f);
       ema_check = optim::Ema(m_options.ema_decay, zeros.data(), m_count);
-      ema_check.restore(s.child("ema"));
+      ema_check.restore(*p.ema);
     }
     SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
     m_finite_known = false;
-    upload(theta.data(), m_theta);
+    upload(p.theta.data(), m_theta);
     upload(check.momentum_buffer().data(), m_mom);
-    if (m_rmsprop) upload(so.get<std::vector<float>>("ms").data(), m_ms);
+    if (m_rmsprop) upload(check.mean_square_buffer().data(), m_ms);
     if (m_use_ema) {
       upload(ema_check.data(), m_ema);
       m_ema_updates = ema_check.updates();

@@ -1,6 +1,9 @@
 // Step records and their log (see step_record.hpp).
 #include "metrics/step_record.hpp"
 
+#include <charconv>
+#include <cmath>
+
 #include "common/error.hpp"
 #include "metrics/run_board.hpp"
 
@@ -8,24 +11,102 @@ namespace syncopt::metrics {
 
 using nlohmann::json;
 
-json to_json(const StepRecord& r) {
-  json grads = json::array();
-  for (const auto& g : r.grads) {
-    grads.push_back({{"worker", g.worker},
-                     {"arrival_s", g.arrival_s},
-                     {"version", g.version},
-                     {"accepted", g.accepted},
-                     {"staleness", g.staleness},
-                     {"compute_s", g.compute_s},
-                     {"loss", g.loss},
-                     {"seq", g.seq}});
+namespace {
+
+template <class Int>
+void put_int(std::string& out, Int v) {
+  char buf[24];
+  const auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  out.append(buf, res.ptr);
+}
+
+// Shortest text that reads back to `v`; a float stays a float ("2.0"), and a
+// value JSON cannot hold is null, as nlohmann writes it.
+void put_double(std::string& out, double v) {
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
   }
-  json j = {{"step", r.step},       {"shard", r.shard},     {"t_start", r.t_start},
-            {"t_apply", r.t_apply}, {"version", r.version}, {"lr", r.lr},
-            {"loss", r.loss},       {"used", r.used},       {"grads", std::move(grads)}};
-  if (!r.clock.empty()) j["clock"] = r.clock;
-  if (r.n > 0) j["n"] = r.n;
-  return j;
+  char buf[32];
+  const auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  const std::string_view text(buf, static_cast<std::size_t>(res.ptr - buf));
+  out += text;
+  if (text.find_first_of(".e") == std::string_view::npos) out += ".0";
+}
+
+void put_key(std::string& out, const char* key) {
+  out += '"';
+  out += key;
+  out += "\":";
+}
+
+}  // namespace
+
+void append_json_line(std::string& out, const StepRecord& r) {
+  out += '{';
+  if (!r.clock.empty()) {
+    put_key(out, "clock");
+    out += '"' + r.clock + "\",";
+  }
+  out += "\"grads\":[";
+  bool first = true;
+  for (const auto& g : r.grads) {
+    out += first ? "{" : ",{";
+    first = false;
+    put_key(out, "accepted");
+    out += g.accepted ? "true," : "false,";
+    put_key(out, "arrival_s");
+    put_double(out, g.arrival_s);
+    out += ',';
+    put_key(out, "compute_s");
+    put_double(out, g.compute_s);
+    out += ',';
+    put_key(out, "loss");
+    put_double(out, static_cast<double>(g.loss));
+    out += ',';
+    put_key(out, "seq");
+    put_int(out, g.seq);
+    out += ',';
+    put_key(out, "staleness");
+    put_int(out, g.staleness);
+    out += ',';
+    put_key(out, "version");
+    put_int(out, g.version);
+    out += ',';
+    put_key(out, "worker");
+    put_int(out, g.worker);
+    out += '}';
+  }
+  out += "],";
+  put_key(out, "loss");
+  put_double(out, static_cast<double>(r.loss));
+  out += ',';
+  put_key(out, "lr");
+  put_double(out, static_cast<double>(r.lr));
+  out += ',';
+  if (r.n > 0) {
+    put_key(out, "n");
+    put_int(out, r.n);
+    out += ',';
+  }
+  put_key(out, "shard");
+  put_int(out, r.shard);
+  out += ',';
+  put_key(out, "step");
+  put_int(out, r.step);
+  out += ',';
+  put_key(out, "t_apply");
+  put_double(out, r.t_apply);
+  out += ',';
+  put_key(out, "t_start");
+  put_double(out, r.t_start);
+  out += ',';
+  put_key(out, "used");
+  put_int(out, r.used);
+  out += ',';
+  put_key(out, "version");
+  put_int(out, r.version);
+  out += "}\n";
 }
 
 StepRecord step_from_json(const json& j, const std::string& origin) {
@@ -80,11 +161,12 @@ void StepLog::set_board(std::shared_ptr<RunBoard> board) {
 
 void StepLog::write(const StepRecord& r) {
   if (m_file) {
-    m_file->write(to_json(r));
+    m_line.clear();
+    append_json_line(m_line, r);
+    m_file->write_raw(m_line);
     if (m_board) m_board->step(r);
   } else {
-    m_buffer += to_json(r).dump();
-    m_buffer += '\n';
+    append_json_line(m_buffer, r);
   }
 }
 

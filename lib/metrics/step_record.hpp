@@ -43,7 +43,13 @@ struct StepRecord {
   std::vector<GradRecord> grads;
 };
 
-nlohmann::json to_json(const StepRecord& r);
+// The one writer of step records (real runs and the simulator): `r` as one
+// JSON line ("{...}\n") appended to `out`, keys in sorted order, numbers
+// that read back to the same values, "clock" only when set and "n" only
+// when adaptive b chose it. Written straight into the string: a simulation
+// of a thousand workers records ten million gradients, and building a json
+// object per gradient would take most of its time.
+void append_json_line(std::string& out, const StepRecord& r);
 // DataError naming `origin` when a field is missing or of the wrong type.
 StepRecord step_from_json(const nlohmann::json& j, const std::string& origin);
 
@@ -79,6 +85,7 @@ class StepLog {
   StepLog() = default;
   std::unique_ptr<JsonlWriter> m_file;
   std::string m_buffer;
+  std::string m_line;  // a file log's line being written (its capacity reused)
   std::shared_ptr<RunBoard> m_board;
 };
 

@@ -96,16 +96,19 @@ void Optimizer::step(float* params, const float* grad, float lr) {
   }
 }
 
-State Optimizer::state() const {
+State Optimizer::state() const { return encode(m_opt, m_mom, m_ms.empty() ? nullptr : &m_ms); }
+
+State Optimizer::encode(const OptimizerOptions& opt, const std::vector<float>& mom,
+                        const std::vector<float>* ms) {
   State s;
-  s.put("name", config::to_string(m_opt.name));
-  s.put("momentum", m_opt.momentum);
-  s.put("rms_decay", m_opt.rms_decay);
-  s.put("eps", m_opt.eps);
-  s.put("weight_decay", m_opt.weight_decay);
-  s.put("count", std::uint64_t{m_count});
-  s.put("mom", m_mom);
-  if (!m_ms.empty()) s.put("ms", m_ms);
+  s.put("name", config::to_string(opt.name));
+  s.put("momentum", opt.momentum);
+  s.put("rms_decay", opt.rms_decay);
+  s.put("eps", opt.eps);
+  s.put("weight_decay", opt.weight_decay);
+  s.put("count", std::uint64_t{mom.size()});
+  s.put("mom", mom);
+  if (ms != nullptr) s.put("ms", *ms);
   return s;
 }
 
@@ -165,12 +168,14 @@ void Ema::update(const float* params) {
   ++m_updates;
 }
 
-State Ema::state() const {
+State Ema::state() const { return encode(m_decay, m_updates, m_avg); }
+
+State Ema::encode(double decay, std::uint64_t updates, const std::vector<float>& avg) {
   State s;
-  s.put("decay", m_decay);
-  s.put("count", std::uint64_t{m_avg.size()});
-  s.put("updates", m_updates);
-  s.put("avg", m_avg);
+  s.put("decay", decay);
+  s.put("count", std::uint64_t{avg.size()});
+  s.put("updates", updates);
+  s.put("avg", avg);
   return s;
 }
 

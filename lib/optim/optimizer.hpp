@@ -38,6 +38,7 @@ class Optimizer {
   void step(float* params, const float* grad, float lr);
   std::size_t count() const { return m_count; }
   const std::vector<float>& momentum_buffer() const { return m_mom; }
+  const std::vector<float>& mean_square_buffer() const { return m_ms; }  // rmsprop; else empty
 
   // The buffers (momentum; rmsprop's mean square) and the options they were
   // built with. restore() takes a state() of an optimiser with the same
@@ -46,6 +47,10 @@ class Optimizer {
   // damaged state a DataError naming the field.
   checkpoint::State state() const;
   void restore(const checkpoint::State& s);
+  // The state of an optimiser with these options whose buffers live
+  // elsewhere (the CUDA replica's, downloaded): `ms` for rmsprop only.
+  static checkpoint::State encode(const OptimizerOptions& opt, const std::vector<float>& mom,
+                                  const std::vector<float>* ms);
 
  private:
   OptimizerOptions m_opt;
@@ -91,6 +96,9 @@ class Ema {
   // restore() needs the same decay and count (else ConfigError).
   checkpoint::State state() const;
   void restore(const checkpoint::State& s);
+  // The state of an EMA held elsewhere (the CUDA replica's, downloaded).
+  static checkpoint::State encode(double decay, std::uint64_t updates,
+                                  const std::vector<float>& avg);
 
  private:
   double m_decay;

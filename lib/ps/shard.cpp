@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/parts.hpp"
 #include "comm/protocol.hpp"
 #include "common/finite.hpp"
 #include "common/signals.hpp"
@@ -17,12 +18,7 @@ using comm::Kind;
 using comm::kNoCheckpoint;
 using comm::Message;
 
-namespace {
-
-std::string shard_part(int s) { return "shard" + std::to_string(s); }
-std::string worker_part(int w) { return "worker" + std::to_string(w); }
-
-}  // namespace
+namespace {}  // namespace
 
 Shard::Shard(const ShardSetup& st)
     : m_st(st),
@@ -32,24 +28,23 @@ Shard::Shard(const ShardSetup& st)
       m_workers(st.roles->workers),
       m_count(st.slice.count),
       m_has_eval(st.roles->evaluator_rank >= 0),
-      m_use_ema(st.cfg->optim.ema > 0.0),
       m_agree(st.roles->shards > 1 && config::traits(st.roles->mode).versioned &&
               st.cfg->train.clock != config::Clock::kVirtual && st.cfg->train.agree_shards),
       m_core(st.roles->mode, st.roles->workers, st.roles->rule.n, st.slice.count,
              st.cfg->train.timeout_ms / 1000.0, st.cfg->train.ssp_bound),
-      m_theta(st.initial, st.initial + st.slice.count),
+      m_params(optim::optimizer_options(st.cfg->optim), st.cfg->optim.ema, st.initial,
+               st.slice.count),
       m_mean(st.slice.count),
-      m_opt(optim::optimizer_options(st.cfg->optim), st.slice.count),
-      m_ema(m_use_ema ? st.cfg->optim.ema : 0.0, m_theta.data(), st.slice.count),
       m_sched(optim::schedule_options(st.cfg->optim, st.plan->total_epochs)),
       m_data_sends(st.data_comm),
       m_ctrl_sends(st.ctrl_comm),
       m_pending(static_cast<std::size_t>(m_workers)),
-      m_done(static_cast<std::size_t>(m_workers), 0),
-      m_dead(static_cast<std::size_t>(m_workers), 0),
+      m_roster(m_workers,
+               config::traits(st.roles->mode).n_rule == config::NRule::kOne ? 1 : st.roles->rule.n),
       m_flag(static_cast<std::size_t>(m_workers), 0),
       m_last_seq(static_cast<std::size_t>(m_workers), 0),
       m_eval_done(!m_has_eval),
+      m_checkpoints(st.cfg->run, *st.roles, st.clock->now()),
       m_rng(st.cfg->run.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(st.shard)) {
   std::vector<int> peers;
   for (int w = 0; w < m_workers; ++w) {
@@ -87,7 +82,6 @@ Shard::Shard(const ShardSetup& st)
         m_recvs.add(0, comm::kTagDecision, st.ctrl_comm, static_cast<std::size_t>(m_workers));
   }
   if (st.resume != nullptr) restore(*st.resume);
-  m_last_checkpoint_s = now;
   if (done_training()) finish(ExitCode::kOk, "");
 }
 
@@ -95,7 +89,7 @@ Shard::~Shard() = default;
 
 ShardResult Shard::run() {
   for (int i = 0; i < m_recvs.size(); ++i) {
-    if (i < m_workers && m_dead[static_cast<std::size_t>(i)]) continue;
+    if (i < m_workers && m_roster.is_lost(i)) continue;
     m_recvs.post(i);
   }
   while (keep_running()) {
@@ -128,10 +122,10 @@ ShardResult Shard::run() {
   result.after_end = m_after_end;
   result.code = m_code;
   result.detail = m_detail;
-  result.lost_workers = m_lost;
+  result.lost_workers = m_roster.lost();
   result.dead_ranks = m_dead_ranks;
-  result.ema = m_use_ema ? std::vector<float>(m_ema.data(), m_ema.data() + m_count) : m_theta;
-  result.theta = std::move(m_theta);
+  result.ema.assign(m_params.average(), m_params.average() + m_count);
+  result.theta = m_params.theta_vector();
   if (m_after_end > 0) {
     spdlog::debug("shard {}: {} gradient(s) arrived after the last update", m_self, m_after_end);
   }
@@ -142,12 +136,9 @@ ShardResult Shard::run() {
 // checkpoint is saved (shard 0: committed; the others: their part written,
 // unless shard 0 is gone).
 bool Shard::keep_running() const {
-  for (int w = 0; w < m_workers; ++w) {
-    if (!m_done[static_cast<std::size_t>(w)] && !m_dead[static_cast<std::size_t>(w)]) return true;
-  }
-  if (!m_eval_done) return true;
-  if (m_self == 0) return m_saving != nullptr || (m_finished && !m_final_saved);
-  return !m_final_saved && m_watch->alive(0);
+  if (m_roster.any_active() || !m_eval_done) return true;
+  if (m_self == 0) return m_checkpoints.saving() || (m_finished && !m_checkpoints.final_saved());
+  return !m_checkpoints.final_saved() && m_watch->alive(0);
 }
 
 // Takes every receive that has completed. Receives that completed together
@@ -252,11 +243,11 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
   const auto kind = static_cast<Kind>(h.kind);
   const auto wi = static_cast<std::size_t>(w);
   if (kind == Kind::kCtrl) {
-    m_done[wi] = 1;
+    m_roster.done(w);
     m_core.retire(w);
     m_watch->retire(m_roles.worker_rank(w));
     // A part it never saved will not come (a well-behaved worker saves first).
-    if (m_saving != nullptr) m_saving->waiting.erase(m_roles.worker_rank(w));
+    m_checkpoints.forget(m_roles.worker_rank(w));
     return;  // no more messages from this worker: do not repost
   }
   if (kind == Kind::kSaved || kind == Kind::kStopRequest) {
@@ -331,8 +322,7 @@ void Shard::apply_one() {
                "batch, and stale)");
     return;
   }
-  m_opt.step(m_theta.data(), m_mean.data(), lr);
-  if (m_use_ema) m_ema.update(m_theta.data());
+  m_params.apply(m_mean.data(), lr);
   m_examples +=
       static_cast<std::uint64_t>(rec.used) * static_cast<std::uint64_t>(m_cfg.train.batch);
   rec.shard = m_self;
@@ -348,8 +338,7 @@ void Shard::apply_one() {
   if (done_training()) finish(ExitCode::kOk, "");
   if (m_st.on_update) m_st.on_update(m_core.version(), m_examples, rec.loss);
   if (m_st.inline_eval && !m_finished) {
-    m_st.inline_eval(m_core.version(), m_examples, m_theta.data(),
-                     m_use_ema ? m_ema.data() : m_theta.data());
+    m_st.inline_eval(m_core.version(), m_examples, m_params.theta(), m_params.average());
   }
 }
 
@@ -385,7 +374,7 @@ const comm::SharedMessage& Shard::publish() {
   Message& msg = **free;
   msg.header() = comm::make_header(Kind::kParams, m_self, m_self, m_core.version());
   msg.header().count = static_cast<std::uint32_t>(m_count);
-  std::copy(m_theta.begin(), m_theta.end(), msg.payload());
+  std::copy_n(m_params.theta(), m_count, msg.payload());
   m_current = *free;
   return m_current;
 }
@@ -395,15 +384,17 @@ bool Shard::answer_pulls() {
   for (int w = 0; w < m_workers; ++w) {
     const auto wi = static_cast<std::size_t>(w);
     Pending& p = m_pending[wi];
-    if (!p.waiting || m_dead[wi] || !(m_finished || m_core.may_answer(w, p.version))) continue;
+    if (!p.waiting || m_roster.is_lost(w) || !(m_finished || m_core.may_answer(w, p.version))) {
+      continue;
+    }
     const int rank = m_roles.worker_rank(w);
     if (m_finished) {
       if (!m_stop) {
         auto h = comm::make_header(Kind::kStop, m_self, m_self, m_core.version());
         h.code = static_cast<std::uint32_t>(m_code);
-        if (m_saving != nullptr && m_saving->final) {
+        if (m_checkpoints.saving_final()) {
           h.flags |= comm::kFlagCheckpoint;
-          h.step_seq = m_saving->step;
+          h.step_seq = m_checkpoints.step();
         }
         m_stop = comm::make_message(0, h);
       }
@@ -432,8 +423,8 @@ bool Shard::serve_evaluator() {
   h.examples = m_examples;
   h.count = static_cast<std::uint32_t>(2 * m_count);
   auto msg = comm::make_message(2 * m_count, h);
-  std::copy(m_theta.begin(), m_theta.end(), msg->payload());
-  const float* avg = m_use_ema ? m_ema.data() : m_theta.data();
+  std::copy_n(m_params.theta(), m_count, msg->payload());
+  const float* avg = m_params.average();
   std::copy(avg, avg + m_count, msg->payload() + m_count);
   m_ctrl_sends.send(std::move(msg), m_roles.evaluator_rank, comm::kTagToEvaluator);
   m_eval_waiting = false;
@@ -487,15 +478,6 @@ void Shard::protocol_error(const std::string& what) const {
 
 // ------------------------------------------------------------------- liveness
 
-int Shard::live_workers() const {
-  return static_cast<int>(std::count(m_dead.begin(), m_dead.end(), 0));
-}
-
-// Sync, timeout and softsync need N (c) live workers; async and ssp one.
-int Shard::workers_needed() const {
-  return config::traits(m_roles.mode).n_rule == config::NRule::kOne ? 1 : m_roles.rule.n;
-}
-
 void Shard::check_liveness() {
   const double now = m_st.clock->now();
   for (const int rank : m_watch->poll(now)) {
@@ -514,13 +496,13 @@ void Shard::check_liveness() {
       m_eval_waiting = false;
       m_recvs.cancel(m_eval_slot);
       m_ctrl_sends.cancel_to(rank);
-      if (m_saving != nullptr) m_saving->waiting.erase(rank);
+      m_checkpoints.forget(rank);
     } else {
       const int slot = m_shard_slot[static_cast<std::size_t>(rank)];
       if (slot >= 0) m_recvs.cancel(slot);
       m_ctrl_sends.cancel_to(rank);
-      m_saving.reset();  // a checkpoint without a shard's part is no checkpoint
-      m_final_saved = true;
+      m_checkpoints.abandon();  // a checkpoint without a shard's part is no checkpoint
+      m_checkpoints.set_final_saved();
     }
     finish(ExitCode::kUnavailable,
            who + " is dead (silent for " +
@@ -532,16 +514,15 @@ void Shard::check_liveness() {
 void Shard::lose_worker(int w, double now) {
   const auto wi = static_cast<std::size_t>(w);
   const int rank = m_roles.worker_rank(w);
-  m_dead[wi] = 1;
   m_pending[wi].waiting = false;
   m_flag[wi] = 0;
   m_core.retire(w);
   m_recvs.cancel(w);
   m_data_sends.cancel_to(rank);
-  if (m_saving != nullptr) m_saving->waiting.erase(rank);
+  m_checkpoints.forget(rank);
   const double silent = now - m_watch->last_heard(rank);
   const auto& peer = (*m_st.peers)[static_cast<std::size_t>(rank)];
-  m_lost.push_back({{"worker", w},
+  m_roster.lose(w, {{"worker", w},
                     {"rank", rank},
                     {"host", peer.host},
                     {"pid", peer.pid},
@@ -550,7 +531,7 @@ void Shard::lose_worker(int w, double now) {
                     {"reason", "silent for " + std::to_string(static_cast<int>(silent)) +
                                    "s (cluster.dead_after_s = " +
                                    std::to_string(m_cfg.cluster.dead_after_s) + ")"}});
-  const int live = live_workers();
+  const int live = m_roster.live();
   if (m_adaptive) {
     m_adaptive->set_live(live);
     m_core.set_n(m_adaptive->n());
@@ -559,15 +540,15 @@ void Shard::lose_worker(int w, double now) {
     spdlog::warn(
         "worker {} ({}) has been silent for {:.0f}s at step {}: excluded, {} of {} "
         "workers live, {} needed",
-        w, rank_name(rank), silent, m_core.version(), live, m_workers, workers_needed());
+        w, rank_name(rank), silent, m_core.version(), live, m_workers, m_roster.needed());
   }
-  if (!m_finished && live < workers_needed()) {
+  if (!m_finished && !m_roster.enough()) {
     std::string lost;
-    for (const auto& l : m_lost)
+    for (const auto& l : m_roster.lost())
       lost += (lost.empty() ? "" : ", ") + rank_name(l["rank"].get<int>());
     finish(ExitCode::kUnavailable,
            "only " + std::to_string(live) + " of " + std::to_string(m_workers) +
-               " workers are alive and this mode needs " + std::to_string(workers_needed()) +
+               " workers are alive and this mode needs " + std::to_string(m_roster.needed()) +
                " (lost: " + lost +
                "); the run cannot go on. A checkpoint is saved: resume with "
                "replacement ranks and --set run.resume=true");
@@ -588,17 +569,6 @@ void Shard::request_stop(int sig) {
   m_ctrl_sends.send(comm::make_message(0, h), 0, comm::kTagToShard);
 }
 
-bool Shard::checkpoint_due() const {
-  const auto& run = m_cfg.run;
-  const std::uint64_t v = m_core.version();
-  if (v == m_resumed_step) return false;
-  const bool by_steps = run.checkpoint_every_steps > 0 &&
-                        v % static_cast<std::uint64_t>(run.checkpoint_every_steps) == 0;
-  const bool by_time = run.checkpoint_every_s > 0.0 &&
-                       m_st.clock->now() - m_last_checkpoint_s >= run.checkpoint_every_s;
-  return by_steps || by_time;
-}
-
 void Shard::coordinate() {
   request_stop(stop_signal());
   if (m_self != 0) return;
@@ -608,15 +578,15 @@ void Shard::coordinate() {
     spdlog::info("stopping at step {} on {}: saving a checkpoint", m_core.version(),
                  signal_name(m_stop_signal));
   }
-  if (m_finished && !m_final_saved && (m_saving == nullptr || !m_saving->final)) {
-    if (m_saving != nullptr) {
-      spdlog::info("checkpoint {} abandoned: the run ended first", m_saving->step);
-      m_saving.reset();
+  if (m_finished && !m_checkpoints.final_saved() && !m_checkpoints.saving_final()) {
+    if (m_checkpoints.saving()) {
+      spdlog::info("checkpoint {} abandoned: the run ended first", m_checkpoints.step());
+      m_checkpoints.abandon();
     }
     if (m_code == ExitCode::kInternal) {
       // Diverged: the last finite checkpoint stays the latest; the others
       // are told to end without saving.
-      m_final_saved = true;
+      m_checkpoints.set_final_saved();
       auto h = comm::make_header(Kind::kCheckpoint, 0, 0);
       h.step_seq = kNoCheckpoint;
       h.code = static_cast<std::uint32_t>(m_code);
@@ -633,7 +603,7 @@ void Shard::coordinate() {
     } else {
       begin_checkpoint(true);
     }
-  } else if (!m_finished && m_saving == nullptr && checkpoint_due()) {
+  } else if (!m_finished && m_checkpoints.due(m_core.version(), m_st.clock->now())) {
     begin_checkpoint(false);
   }
   commit_if_complete();
@@ -642,37 +612,35 @@ void Shard::coordinate() {
 // Shard 0: the parts every live rank writes for checkpoint `version`.
 void Shard::begin_checkpoint(bool final) {
   const std::uint64_t step = m_core.version();
-  m_last_checkpoint_s = m_st.clock->now();
+  const double now = m_st.clock->now();
   if (checkpoint::latest_step(m_st.run_dir) == step) {  // already on disk (just resumed)
-    if (final) m_final_saved = true;
+    m_checkpoints.already_saved(final, now);
     return;
   }
-  m_saving = std::make_unique<Saving>();
-  m_saving->step = step;
-  m_saving->final = final;
-  checkpoint::write_part(m_st.run_dir, step, shard_part(0), part_state());
-  m_saving->parts.push_back(shard_part(0));
+  checkpoint::write_part(m_st.run_dir, step, checkpoint::shard_part(0), part_state());
   auto h = comm::make_header(Kind::kCheckpoint, 0, 0);
   h.step_seq = step;
   h.code = static_cast<std::uint32_t>(m_code);
   h.flags = final ? comm::kFlagFinal : 0;
+  std::vector<int> ranks;
   for (int s = 1; s < m_roles.shards; ++s) {
     if (!m_watch->alive(s)) continue;
-    m_saving->waiting.insert(s);
+    ranks.push_back(s);
     auto hs = h;
     hs.shard = static_cast<std::uint32_t>(s);
     m_ctrl_sends.send(comm::make_message(0, hs), s, comm::kTagCommand);
   }
   if (m_has_eval && m_watch->alive(m_roles.evaluator_rank) && !m_eval_done) {
-    m_saving->waiting.insert(m_roles.evaluator_rank);
+    ranks.push_back(m_roles.evaluator_rank);
     m_ctrl_sends.send(comm::make_message(0, h), m_roles.evaluator_rank, comm::kTagCommand);
   }
   for (int w = 0; w < m_workers; ++w) {
     const auto wi = static_cast<std::size_t>(w);
-    if (m_dead[wi] || m_done[wi]) continue;
-    m_saving->waiting.insert(m_roles.worker_rank(w));
+    if (!m_roster.active(w)) continue;
+    ranks.push_back(m_roles.worker_rank(w));
     if (!final) m_flag[wi] = step;  // the final one rides on STOP
   }
+  m_checkpoints.begin(step, final, now, ranks);
   m_stop.reset();  // a STOP built before this is not flagged
 }
 
@@ -681,52 +649,39 @@ void Shard::on_checkpoint_command(const comm::MsgHeader& h) {
   const std::uint64_t step = h.step_seq;
   if (step != kNoCheckpoint) {
     if (checkpoint::latest_step(m_st.run_dir) != step) {
-      checkpoint::write_part(m_st.run_dir, step, shard_part(m_self), part_state());
+      checkpoint::write_part(m_st.run_dir, step, checkpoint::shard_part(m_self), part_state());
     }
     auto saved = comm::make_header(Kind::kSaved, m_self, 0);
     saved.step_seq = step;
     m_ctrl_sends.send(comm::make_message(0, saved), 0, comm::kTagToShard);
   }
   if ((h.flags & comm::kFlagFinal) != 0) {
-    m_final_saved = true;
+    m_checkpoints.set_final_saved();
     const auto code = static_cast<ExitCode>(h.code);
     finish(code, "shard 0 ended the run");
   }
 }
 
-void Shard::on_saved(int rank, std::uint64_t step) {
-  if (m_saving == nullptr || m_saving->step != step || m_saving->waiting.erase(rank) == 0) return;
-  if (rank < m_roles.shards) {
-    m_saving->parts.push_back(shard_part(rank));
-  } else if (rank == m_roles.evaluator_rank) {
-    m_saving->parts.push_back("evaluator");
-  } else {
-    m_saving->parts.push_back(worker_part(m_roles.worker_of(rank)));
-  }
-}
+void Shard::on_saved(int rank, std::uint64_t step) { m_checkpoints.on_saved(rank, step); }
 
 void Shard::commit_if_complete() {
-  if (m_saving == nullptr || !m_saving->waiting.empty()) return;
+  if (!m_checkpoints.complete()) return;
   const double t0 = m_st.clock->now();
-  const auto manifest = checkpoint::commit(m_st.run_dir, m_saving->step, m_saving->parts);
+  const std::uint64_t step = m_checkpoints.step();
+  const auto manifest = checkpoint::commit(m_st.run_dir, step, m_checkpoints.finish_save());
   checkpoint::prune(m_st.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
   std::uint64_t nbytes = 0;
   for (const auto& f : manifest.files) nbytes += f.nbytes;
-  spdlog::info("checkpoint at step {}: {} parts, {:.1f} MB (commit {:.3f}s)", m_saving->step,
+  spdlog::info("checkpoint at step {}: {} parts, {:.1f} MB (commit {:.3f}s)", step,
                manifest.files.size(), static_cast<double>(nbytes) / 1e6, m_st.clock->now() - t0);
-  if (m_saving->final) m_final_saved = true;
-  m_saving.reset();
 }
 
 checkpoint::State Shard::part_state() const {
-  if (!all_finite(m_theta.data(), m_theta.size())) {
+  if (!all_finite(m_params.theta(), m_count)) {
     throw Error(ExitCode::kInternal, "shard " + std::to_string(m_self) +
                                          " holds non-finite parameters; no checkpoint is saved");
   }
-  checkpoint::State s;
-  s.put("theta", m_theta);
-  s.put_child("optim", m_opt.state());
-  if (m_use_ema) s.put_child("ema", m_ema.state());
+  checkpoint::State s = m_params.state();
   s.put_child("core", m_core.state());
   s.put("examples", m_examples);
   s.put("wall_s", m_st.clock->now());
@@ -744,19 +699,11 @@ checkpoint::State Shard::part_state() const {
 }
 
 void Shard::restore(const checkpoint::State& s) {
-  const auto& theta = s.get<std::vector<float>>("theta");
-  if (theta.size() != m_count) {
-    throw ConfigError(s.field_error(
-        "theta", "a slice of " + std::to_string(theta.size()) + " parameters; this shard has " +
-                     std::to_string(m_count) + ": resume with the same model and cluster.ps"));
-  }
-  m_theta = theta;
-  m_opt.restore(s.child("optim"));
-  if (m_use_ema) m_ema.restore(s.child("ema"));
+  m_params.restore(s, "model and cluster.ps");
   m_core.restore(s.child("core"));
   m_examples = s.get<std::uint64_t>("examples");
   if (m_self != 0) m_st.steps_log->restore_buffer(s.get<std::string>("records"));
-  m_resumed_step = m_core.version();
+  m_checkpoints.resumed_at(m_core.version());
 }
 
 }  // namespace syncopt::ps

@@ -37,7 +37,10 @@
 #include "metrics/records.hpp"
 #include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
+#include "optim/param_state.hpp"
 #include "ps/adaptive.hpp"
+#include "ps/checkpoint_plan.hpp"
+#include "ps/roster.hpp"
 #include "ps/shard_core.hpp"
 
 namespace syncopt::ps {
@@ -97,13 +100,6 @@ class Shard {
     bool waiting = false;
     std::uint64_t version = 0;
   };
-  // A checkpoint being saved (shard 0): the parts still to be written.
-  struct Saving {
-    std::uint64_t step = 0;
-    std::set<int> waiting;  // ranks whose part is not written yet
-    std::vector<std::string> parts;
-    bool final = false;
-  };
 
   bool receive();
   void on_decision(int bytes);
@@ -135,9 +131,6 @@ class Shard {
   void commit_if_complete();
   checkpoint::State part_state() const;
   void restore(const checkpoint::State& s);
-  bool checkpoint_due() const;
-  int live_workers() const;
-  int workers_needed() const;
 
   const ShardSetup& m_st;
   const config::Config& m_cfg;
@@ -146,7 +139,6 @@ class Shard {
   const int m_workers;
   const std::size_t m_count;
   const bool m_has_eval;
-  const bool m_use_ema;
   // Several shards agree on the N workers of each update (shard 0 decides).
   const bool m_agree;
 
@@ -155,9 +147,8 @@ class Shard {
   // under the virtual clock, where all see the same finish times).
   std::unique_ptr<AdaptiveN> m_adaptive;
   std::map<std::uint64_t, double> m_version_start;  // recent versions' start times
-  std::vector<float> m_theta, m_mean;
-  optim::Optimizer m_opt;
-  optim::Ema m_ema;
+  optim::ParamState m_params;                       // θ, optimiser and EMA of this slice
+  std::vector<float> m_mean;
   optim::ScheduleOptions m_sched;
 
   // Receives: slot w for worker w, then the evaluator, then the other shards.
@@ -172,8 +163,7 @@ class Shard {
   std::unique_ptr<comm::Watch> m_watch;
 
   std::vector<Pending> m_pending;         // a worker's request waiting for an answer
-  std::vector<char> m_done;               // worker said goodbye
-  std::vector<char> m_dead;               // worker found dead
+  WorkerRoster m_roster;                  // done, lost and live workers
   std::vector<std::uint64_t> m_flag;      // checkpoint step to flag in the next answer (0: none)
   std::vector<std::uint64_t> m_last_seq;  // last gradient seen per worker
   bool m_eval_done;
@@ -187,11 +177,9 @@ class Shard {
   int m_stop_signal = 0;
   std::uint64_t m_examples = 0;
   std::int64_t m_after_end = 0;
-  std::unique_ptr<Saving> m_saving;  // shard 0
-  bool m_final_saved = false;        // the last checkpoint: committed (shard 0) or my part written
-  double m_last_checkpoint_s = 0.0;
-  std::uint64_t m_resumed_step = 0;
-  nlohmann::json m_lost = nlohmann::json::array();
+  // Checkpoints (shard 0); the others use its final_saved(): my part of
+  // the last checkpoint is written.
+  CheckpointPlan m_checkpoints;
   std::vector<int> m_dead_ranks;
   std::mt19937_64 m_rng;  // the order of receives that completed together
   comm::IdleBackoff m_backoff;

@@ -1,9 +1,11 @@
 // The host replica (see replica.hpp).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "common/error.hpp"
 #include "common/finite.hpp"
+#include "optim/param_state.hpp"
 #include "replica/replica.hpp"
 
 namespace syncopt::replica {
@@ -13,17 +15,12 @@ namespace {
 class HostReplica final : public Replica {
  public:
   HostReplica(nn::Network& net, const float* init, std::size_t count, const ReplicaOptions& opt)
-      : m_net(net),
-        m_theta(init, init + count),
-        m_grad(count),
-        m_opt(opt.optim, count),
-        m_use_ema(opt.ema_decay > 0.0),
-        m_ema(opt.ema_decay, init, m_use_ema ? count : 0) {}
+      : m_net(net), m_params(opt.optim, opt.ema_decay, init, count), m_grad(count) {}
 
-  std::size_t count() const override { return m_theta.size(); }
+  std::size_t count() const override { return m_params.count(); }
 
   float compute_gradient(const float* images, const std::int32_t* labels, int batch) override {
-    return m_net.train_step(m_theta.data(), images, labels, batch, m_grad.data());
+    return m_net.train_step(m_params.theta(), images, labels, batch, m_grad.data());
   }
   float compute_gradient_at(const float* theta, const float* images, const std::int32_t* labels,
                             int batch) override {
@@ -33,40 +30,16 @@ class HostReplica final : public Replica {
     reducer.mean(m_grad.data(), m_grad.size());
   }
   bool gradient_finite() const override { return all_finite(m_grad.data(), m_grad.size()); }
-  void apply(float lr) override {
-    m_opt.step(m_theta.data(), m_grad.data(), lr);
-    if (m_use_ema) m_ema.update(m_theta.data());
-  }
-  void copy_theta(float* out) const override { std::copy(m_theta.begin(), m_theta.end(), out); }
-  void copy_ema(float* out) const override {
-    if (!m_use_ema) return copy_theta(out);
-    std::copy(m_ema.data(), m_ema.data() + m_ema.count(), out);
-  }
-  checkpoint::State state() const override {
-    checkpoint::State s;
-    s.put("theta", m_theta);
-    s.put_child("optim", m_opt.state());
-    if (m_use_ema) s.put_child("ema", m_ema.state());
-    return s;
-  }
-  void restore(const checkpoint::State& s) override {
-    const auto& theta = s.get<std::vector<float>>("theta");
-    if (theta.size() != m_theta.size()) {
-      throw DataError(s.field_error("theta", std::to_string(theta.size()) +
-                                                 " parameters, this model has " +
-                                                 std::to_string(m_theta.size())));
-    }
-    m_theta = theta;
-    m_opt.restore(s.child("optim"));
-    if (m_use_ema) m_ema.restore(s.child("ema"));
-  }
+  void apply(float lr) override { m_params.apply(m_grad.data(), lr); }
+  void copy_theta(float* out) const override { std::copy_n(m_params.theta(), count(), out); }
+  void copy_ema(float* out) const override { std::copy_n(m_params.average(), count(), out); }
+  checkpoint::State state() const override { return m_params.state(); }
+  void restore(const checkpoint::State& s) override { m_params.restore(s, "model"); }
 
  private:
   nn::Network& m_net;
-  std::vector<float> m_theta, m_grad;
-  optim::Optimizer m_opt;
-  bool m_use_ema;
-  optim::Ema m_ema;
+  optim::ParamState m_params;
+  std::vector<float> m_grad;
 };
 
 }  // namespace

@@ -13,7 +13,6 @@
 #include "metrics/run_board.hpp"
 #include "metrics/step_record.hpp"
 #include "sim/fit.hpp"
-#include "sim/record_json.hpp"
 
 namespace syncopt::sim {
 
@@ -150,7 +149,8 @@ SimulateOutcome simulate_run(const config::Config& cfg, const SimulateOptions& o
   std::vector<metrics::StepRecord> records;
   std::string shard0, others;
   st.on_step = [&](metrics::StepRecord&& r) {
-    append_json_line(r.shard == 0 ? shard0 : others, r, true);
+    r.clock = "simulated";
+    metrics::append_json_line(r.shard == 0 ? shard0 : others, r);
     if (board && r.shard == 0) board->step(r);
     if (shard0.size() > kFlushBytes) {
       steps.write_raw(shard0);

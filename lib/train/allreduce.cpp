@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/parts.hpp"
 #include "comm/mpi.hpp"
 #include "comm/poll.hpp"
 #include "common/error.hpp"
@@ -28,8 +29,6 @@ struct Report {
   double checkpoint_due = 0.0;  // rank 0: time for a periodic checkpoint
 };
 constexpr int kReportDoubles = 5;
-
-std::string rank_part(int rank) { return "rank" + std::to_string(rank); }
 
 class AllreduceTrainer {
  public:
@@ -188,7 +187,7 @@ void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
   const double t0 = m_st.clock->now();
   checkpoint::State mine;
   mine.put_child("loader", m_loader.state());
-  checkpoint::write_part(m_st.run_dir, k, rank_part(m_st.rank), mine);
+  checkpoint::write_part(m_st.run_dir, k, checkpoint::rank_part(m_st.rank), mine);
   if (m_st.rank == 0) {
     m_st.steps_log->flush();
     m_st.eval_file->flush();
@@ -200,12 +199,12 @@ void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
     s.put_child("replica", m_st.replica->state());
     s.put("steps_bytes", m_st.steps_log->bytes());
     s.put("eval_bytes", m_st.eval_file->bytes());
-    checkpoint::write_part(m_st.run_dir, k, "run", s);
+    checkpoint::write_part(m_st.run_dir, k, checkpoint::kRunPart, s);
   }
   SYNCOPT_CHECK_MPI(MPI_Barrier(m_st.comm));
   if (m_st.rank == 0) {
-    std::vector<std::string> parts{"run"};
-    for (int r = 0; r < m_workers; ++r) parts.push_back(rank_part(r));
+    std::vector<std::string> parts{checkpoint::kRunPart};
+    for (int r = 0; r < m_workers; ++r) parts.push_back(checkpoint::rank_part(r));
     checkpoint::commit(m_st.run_dir, k, parts);
     checkpoint::prune(m_st.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
   }
@@ -214,13 +213,14 @@ void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
 }
 
 void AllreduceTrainer::resume() {
-  const auto ck = checkpoint::load_latest(m_st.run_dir, {"run", rank_part(m_st.rank)});
-  const auto& s = ck.part("run");
+  const auto ck = checkpoint::load_latest(m_st.run_dir,
+                                          {checkpoint::kRunPart, checkpoint::rank_part(m_st.rank)});
+  const auto& s = ck.part(checkpoint::kRunPart);
   m_step = s.get<std::uint64_t>("step");
   m_examples = s.get<std::uint64_t>("examples");
   m_timer.mark(s.get<double>("eval_timer_s"));
   m_st.replica->restore(s.child("replica"));
-  m_loader.restore(ck.part(rank_part(m_st.rank)).child("loader"));
+  m_loader.restore(ck.part(checkpoint::rank_part(m_st.rank)).child("loader"));
   m_st.clock->restart(s.get<double>("wall_s"));
   m_last_checkpoint_s = s.get<double>("wall_s");
 }

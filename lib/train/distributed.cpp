@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/parts.hpp"
 #include "comm/agree.hpp"
 #include "comm/mpi.hpp"
 #include "comm/poll.hpp"
@@ -80,13 +81,18 @@ struct Job {
   std::string my_part() const {
     switch (roles.role_of(rank)) {
       case Role::kShard:
-        return "shard" + std::to_string(rank);
+        return checkpoint::shard_part(rank);
       case Role::kEvaluator:
-        return "evaluator";
+        return checkpoint::kEvaluatorPart;
       case Role::kWorker:
-        return "worker" + std::to_string(roles.worker_of(rank));
+        return checkpoint::worker_part(roles.worker_of(rank));
     }
     return "";
+  }
+  // The part that holds the run's record offsets (steps.jsonl, and
+  // eval.jsonl when no evaluator writes it).
+  std::string records_part() const {
+    return ps_mode() ? checkpoint::shard_part(0) : checkpoint::kRunPart;
   }
   const checkpoint::State* my_state() const {
     return resumed && resumed->has_part(my_part()) ? &resumed->part(my_part()) : nullptr;
@@ -171,9 +177,11 @@ void open_outputs(Job& job) {
   });
   comm::agree(job.ctrl(), [&] {
     if (!cfg.run.resume) return;
-    std::vector<std::string> parts{job.ps_mode() ? "shard0" : "run", job.my_part()};
-    if (!job.ps_mode()) parts.push_back("rank" + std::to_string(job.rank));
-    if (job.rank == job.eval_writer && job.roles.evaluator_rank >= 0) parts.push_back("evaluator");
+    std::vector<std::string> parts{job.records_part(), job.my_part()};
+    if (!job.ps_mode()) parts.push_back(checkpoint::rank_part(job.rank));
+    if (job.rank == job.eval_writer && job.roles.evaluator_rank >= 0) {
+      parts.push_back(checkpoint::kEvaluatorPart);
+    }
     // A part a rank's role has no state for (a worker lost before the save)
     // is not required: load what exists, then check the ones that must.
     const auto latest = checkpoint::load_latest(job.run_dir, {parts[0]});
@@ -190,9 +198,9 @@ void open_outputs(Job& job) {
     // the same directory.
     std::shared_ptr<metrics::RunBoard> board;
     if (job.rank == 0) {
-      const auto offset =
-          job.resumed ? record_offset(*job.resumed, job.ps_mode() ? "shard0" : "run", "steps_bytes")
-                      : std::nullopt;
+      const auto offset = job.resumed
+                              ? record_offset(*job.resumed, job.records_part(), "steps_bytes")
+                              : std::nullopt;
       job.steps = std::make_unique<metrics::StepLog>(
           offset        ? metrics::StepLog::resume_file(job.run_dir / "steps.jsonl", *offset)
           : job.resumed ? metrics::StepLog::resume_file(
@@ -204,9 +212,8 @@ void open_outputs(Job& job) {
       job.steps->set_board(board);
     }
     if (job.rank == job.eval_writer) {
-      const std::string part = job.roles.evaluator_rank >= 0 ? "evaluator"
-                               : job.ps_mode()               ? "shard0"
-                                                             : "run";
+      const std::string part =
+          job.roles.evaluator_rank >= 0 ? checkpoint::kEvaluatorPart : job.records_part();
       const auto path = job.run_dir / "eval.jsonl";
       const auto offset =
           job.resumed ? record_offset(*job.resumed, part, "eval_bytes") : std::nullopt;

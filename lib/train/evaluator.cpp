@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/parts.hpp"
 #include "comm/liveness.hpp"
 #include "comm/poll.hpp"
 #include "comm/protocol.hpp"
@@ -150,7 +151,7 @@ void Evaluator::on_command(const comm::MsgHeader& h) {
     checkpoint::State s;
     s.put("eval_bytes", m_st.eval_file->bytes());
     s.put("next_eval_s", m_next_time);
-    checkpoint::write_part(m_st.run_dir, h.step_seq, "evaluator", s);
+    checkpoint::write_part(m_st.run_dir, h.step_seq, checkpoint::kEvaluatorPart, s);
   }
   send_to_shard0(Kind::kSaved, h.step_seq);
 }

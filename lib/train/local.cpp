@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/parts.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "common/signals.hpp"
@@ -27,7 +28,7 @@ namespace syncopt::train {
 
 namespace {
 
-constexpr const char* kPart = "local";
+constexpr const char* kPart = checkpoint::kLocalPart;
 
 // train.simulated_staleness as the replica layer's options; the draws use
 // stragglers.seed, or run.seed when that is 0.

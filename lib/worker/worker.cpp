@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/parts.hpp"
 #include "comm/protocol.hpp"
 #include "common/signals.hpp"
 #include "worker/compute_model.hpp"
@@ -159,7 +160,7 @@ void Worker::save_part(std::uint64_t step) {
   now.put_child("loader", m_loader.state());
   const checkpoint::State& s = m_snap_version == step && m_snap.size() > 0 ? m_snap : now;
   if (checkpoint::latest_step(m_st.run_dir) != step) {
-    checkpoint::write_part(m_st.run_dir, step, "worker" + std::to_string(m_st.worker), s);
+    checkpoint::write_part(m_st.run_dir, step, checkpoint::worker_part(m_st.worker), s);
   }
   m_saved = step;
   send_small(Kind::kSaved, 0, step);

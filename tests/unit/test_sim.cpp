@@ -18,7 +18,6 @@
 #include "sim/fit.hpp"
 #include "sim/network.hpp"
 #include "sim/poll.hpp"
-#include "sim/record_json.hpp"
 #include "sim/run.hpp"
 #include "sim/simulator.hpp"
 
@@ -284,7 +283,10 @@ TEST_CASE("the same seed gives the same records, another seed other ones", "[sim
       sim::SimSetup s = st;
       s.timing.seed = seed;
       std::string out;
-      s.on_step = [&](StepRecord&& r) { sim::append_json_line(out, r, true); };
+      s.on_step = [&](StepRecord&& r) {
+        r.clock = "simulated";
+        syncopt::metrics::append_json_line(out, r);
+      };
       sim::simulate(s);
       return out;
     };
@@ -368,7 +370,9 @@ TEST_CASE("fit: compute and overhead pairs from a run's records", "[sim]") {
       g.compute_s = compute[w][v];
       r.grads.push_back(g);
     }
-    steps << syncopt::metrics::to_json(r).dump() << "\n";
+    std::string line;
+    syncopt::metrics::append_json_line(line, r);
+    steps << line;
   }
   steps.close();
   const sim::Fit fit = sim::fit_run(dir, sim::TimingModel{}, {0.0, 0.0}, 10, 0.0);
@@ -394,7 +398,7 @@ TEST_CASE("fit: compute and overhead pairs from a run's records", "[sim]") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("the fast record writer reads back as metrics::to_json", "[sim]") {
+TEST_CASE("the step-record writer reads back field for field, floats as floats", "[sim][records]") {
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<double> u(-3.0, 1e4);
   for (int i = 0; i < 200; ++i) {
@@ -407,6 +411,8 @@ TEST_CASE("the fast record writer reads back as metrics::to_json", "[sim]") {
     r.lr = static_cast<float>(u(rng));
     r.loss = i % 5 == 0 ? 0.0f : static_cast<float>(u(rng));
     r.used = static_cast<int>(rng() % 1000);
+    r.n = i % 3 == 0 ? static_cast<int>(rng() % 50) + 1 : 0;
+    r.clock = i % 2 == 0 ? "simulated" : "";
     for (std::uint64_t k = rng() % 4; k-- > 0;) {
       syncopt::metrics::GradRecord g;
       g.worker = static_cast<int>(rng() % 1000);
@@ -420,13 +426,35 @@ TEST_CASE("the fast record writer reads back as metrics::to_json", "[sim]") {
       r.grads.push_back(g);
     }
     std::string line;
-    sim::append_json_line(line, r, i % 2 == 0);
+    syncopt::metrics::append_json_line(line, r);
     REQUIRE(line.back() == '\n');
-    nlohmann::json expected = syncopt::metrics::to_json(r);
-    if (i % 2 == 0) expected["clock"] = "simulated";
-    const auto got = nlohmann::json::parse(line);
-    CHECK(got == expected);
-    CHECK(got.dump() == expected.dump());  // the same types: floats stay floats
+    const auto j = nlohmann::json::parse(line);
+    // Floats stay floats ("2.0", not "2"), so that a reader keeps the type.
+    CHECK(j["t_apply"].is_number_float());
+    const StepRecord b = syncopt::metrics::step_from_json(j, "line");
+    CHECK(b.step == r.step);
+    CHECK(b.shard == r.shard);
+    CHECK(b.version == r.version);
+    CHECK(b.t_start == r.t_start);
+    CHECK(b.t_apply == r.t_apply);
+    CHECK(b.lr == r.lr);
+    CHECK(b.loss == r.loss);
+    CHECK(b.used == r.used);
+    CHECK(b.n == r.n);
+    CHECK(b.clock == r.clock);
+    CHECK(j.contains("n") == (r.n > 0));
+    CHECK(j.contains("clock") == !r.clock.empty());
+    REQUIRE(b.grads.size() == r.grads.size());
+    for (std::size_t k = 0; k < r.grads.size(); ++k) {
+      CHECK(b.grads[k].worker == r.grads[k].worker);
+      CHECK(b.grads[k].arrival_s == r.grads[k].arrival_s);
+      CHECK(b.grads[k].version == r.grads[k].version);
+      CHECK(b.grads[k].accepted == r.grads[k].accepted);
+      CHECK(b.grads[k].staleness == r.grads[k].staleness);
+      CHECK(b.grads[k].compute_s == r.grads[k].compute_s);
+      CHECK(b.grads[k].loss == r.grads[k].loss);
+      CHECK(b.grads[k].seq == r.grads[k].seq);
+    }
   }
 }
 
