@@ -49,10 +49,10 @@ Outcome run_case(const Record& want, const fs::path& dir) {
   const std::string name = want.model + "-" + want.weight_norm + "-" + want.pin;
   std::string env = "DNNL_VERBOSE=1 OMP_NUM_THREADS=1 ";
   if (want.pin != "native") env += "DNNL_MAX_CPU_ISA=" + want.pin + " ";
-  const Result r = run_command(env + SYNCOPT_EXE + " train " +
-                               src("tests/golden/builtin_models.toml") + " --quiet --set run.dir=" +
-                               dir.string() + " --set run.name=" + name + " --set model.name=" +
-                               want.model + " --set model.weight_norm=" + want.weight_norm);
+  const Result r = run_command(
+      env + SYNCOPT_EXE + " train " + src("tests/golden/builtin_models.toml") +
+      " --quiet --set run.dir=" + dir.string() + " --set run.name=" + name +
+      " --set model.name=" + want.model + " --set model.weight_norm=" + want.weight_norm);
   Outcome out;
   out.output = r.output;
   out.got = want;
@@ -87,8 +87,7 @@ std::vector<Record> read_records(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("built-in models end 50 steps with the golden parameters, bit for bit",
-          "[e2e][golden]") {
+TEST_CASE("built-in models end 50 steps with the golden parameters, bit for bit", "[e2e][golden]") {
   const auto dir = temp_dir("golden-models");
   const std::string golden_path = src("tests/golden/builtin_params.txt");
   if (std::getenv("SYNCOPT_UPDATE_GOLDEN") != nullptr) {
@@ -124,8 +123,8 @@ TEST_CASE("built-in models end 50 steps with the golden parameters, bit for bit"
     INFO(o.output.substr(o.output.size() > 2000 ? o.output.size() - 2000 : 0));
     REQUIRE(!o.got.params_hash.empty());
     if (o.got.isa != want.isa) {
-      WARN(want.model << " (" << want.pin << ") was recorded on '" << want.isa
-                      << "', oneDNN runs '" << o.got.isa << "' here: not compared");
+      WARN(want.model << " (" << want.pin << ") was recorded on '" << want.isa << "', oneDNN runs '"
+                      << o.got.isa << "' here: not compared");
       continue;
     }
     ++compared;
