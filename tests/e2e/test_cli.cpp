@@ -11,7 +11,7 @@
 using namespace syncopt_test;
 namespace fs = std::filesystem;
 
-TEST_CASE("--help teaches every subcommand and key", "[e2e]") {
+TEST_CASE("syncopt --help teaches every subcommand and key", "[e2e]") {
   const Result top = run("--help");
   CHECK(top.code == 0);
   CHECK(top.output.find("train") != std::string::npos);

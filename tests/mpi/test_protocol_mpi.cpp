@@ -18,6 +18,7 @@
 #include "common/error.hpp"
 #include "config/config.hpp"
 #include "layout/roles.hpp"
+#include "mpi_test_main.hpp"
 #include "ps/shard.hpp"
 
 using namespace syncopt;
@@ -140,12 +141,4 @@ TEST_CASE("an unknown message kind is rejected", "[mpi][protocol]") {
   CHECK(rank0_contains(e, "rank 1", "unknown message kind 99"));
 }
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  const int result = Catch::Session().run(argc, argv);
-  int worst = 0;
-  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
+int main(int argc, char** argv) { return run_catch_under_mpi(argc, argv); }

@@ -25,6 +25,7 @@
 #include "config/config.hpp"
 #include "layout/roles.hpp"
 #include "metrics/step_record.hpp"
+#include "mpi_test_main.hpp"
 #include "ps/shard.hpp"
 
 using namespace syncopt;
@@ -127,7 +128,7 @@ void slow_worker(ScriptedWorker& w, MPI_Comm side, bool& ok) {
 
 }  // namespace
 
-TEST_CASE("sync accepts exactly N fresh gradients; a late worker is dropped at every step",
+TEST_CASE("sync accepts exactly N fresh gradients -- a late worker is dropped at every step",
           "[mpi][sync][exact]") {
   int rank = 0, world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -202,10 +203,4 @@ TEST_CASE("sync accepts exactly N fresh gradients; a late worker is dropped at e
   CHECK(agreed(ok));
 }
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  const int result = Catch::Session().run(argc, argv);
-  MPI_Finalize();
-  return result;
-}
+int main(int argc, char** argv) { return run_catch_under_mpi(argc, argv); }

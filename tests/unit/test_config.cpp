@@ -81,7 +81,7 @@ TEST_CASE("defaults are valid and an empty file gives them", "[config]") {
   CHECK(cfg::load(file.path(), {}) == cfg::Config{});
 }
 
-TEST_CASE("a file sets keys of every type; an integer is accepted for a float", "[config]") {
+TEST_CASE("a file sets keys of every type -- an integer is accepted for a float", "[config]") {
   TempFile file(
       "[run]\nname = \"exp1\"\nseed = 7\nresume = true\n"
       "[optim]\nlr = 1\nname = \"rmsprop\"\n"
@@ -112,7 +112,7 @@ TEST_CASE("unknown section and a key outside any section are errors", "[config]"
   CHECK(problem_lines(msg).size() == 2);
 }
 
-TEST_CASE("duplicate key names the key and both lines; the rest is still checked", "[config]") {
+TEST_CASE("duplicate key names the key and both lines -- the rest is still checked", "[config]") {
   const std::string msg =
       load_error("[train]\nbatch = 8\nmode = \"sync\"\nbatch = 16\nbogus = 1\n");
   CHECK_THAT(msg, Contains("exp.toml:4: duplicate key train.batch (first set on line 2)"));

@@ -781,7 +781,7 @@ TEST_CASE("batch norm: predict uses the statistics of the parameters it was give
   }
 }
 
-TEST_CASE("predict agrees with train_step; small batches; determinism", "[nn]") {
+TEST_CASE("predict agrees with train_step -- small batches -- determinism", "[nn]") {
   const nn::ModelSpec spec = model("cnn", true);
   const nn::ParamLayout layout = nn::param_layout(spec);
   std::vector<float> params(layout.count);

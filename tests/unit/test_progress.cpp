@@ -22,7 +22,7 @@ m::TerminalFacts facts(bool tty, std::string parent, std::string parent_stderr) 
 
 }  // namespace
 
-TEST_CASE("run.progress names parse; others are config errors", "[progress]") {
+TEST_CASE("run.progress names parse -- others are config errors", "[progress]") {
   CHECK(m::parse_progress_output("auto") == m::ProgressOutput::kAuto);
   CHECK(m::parse_progress_output("live") == m::ProgressOutput::kLive);
   CHECK(m::parse_progress_output("lines") == m::ProgressOutput::kLines);

@@ -313,7 +313,7 @@ TEST_CASE("local training with fixed staleness s applies the gradient of θ_{t-s
   fs::remove_all(dir);
 }
 
-TEST_CASE("simulated staleness: same seed same run; a resumed run is the straight run",
+TEST_CASE("simulated staleness: same seed same run -- a resumed run is the straight run",
           "[staleness]") {
   const fs::path dir = fresh_dir("resume");
   const std::vector<std::string> geo = {"train.simulated_staleness=3",
