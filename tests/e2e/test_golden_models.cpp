@@ -87,7 +87,7 @@ std::vector<Record> read_records(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("built-in models end 50 steps with the golden parameters, bit for bit", "[e2e][golden]") {
+TEST_CASE("built-in models end 50 steps with the golden parameters bit for bit", "[e2e][golden]") {
   const auto dir = temp_dir("golden-models");
   const std::string golden_path = src("tests/golden/builtin_params.txt");
   if (std::getenv("SYNCOPT_UPDATE_GOLDEN") != nullptr) {
