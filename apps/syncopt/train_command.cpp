@@ -14,6 +14,7 @@
 #include "common/log.hpp"
 #include "config/config.hpp"
 #include "layout/roles.hpp"
+#include "nn/graph.hpp"
 #include "nn/model.hpp"
 #include "platform.hpp"
 #include "train/distributed.hpp"
@@ -43,7 +44,8 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
                    const syncopt::layout::Roles& roles, const syncopt::train::Compute& compute,
                    const syncopt::comm::MpiSession& mpi) {
   using namespace syncopt;
-  const auto layout = nn::param_layout(train::expected_model_spec(cfg));
+  const nn::Graph graph = nn::model_graph(train::expected_model_spec(cfg));
+  const nn::ParamLayout& layout = graph.layout;
   constexpr int kLine = 160;
   const int world = mpi.size();
   const int local_rank = comm::node_local_rank(MPI_COMM_WORLD);
@@ -70,6 +72,7 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
     std::printf("rank %d: %s%s\n", r, lines.data() + kLine * r,
                 shard ? " (a shard applies its updates on the CPU)" : "");
   }
+  std::printf("# %s\n", nn::graph_summary(graph).c_str());
 }
 
 // FNV-1a, 64 bits: a fingerprint, not a defence against tampering.
@@ -117,6 +120,9 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
   train::Compute compute;
   comm::agree(MPI_COMM_WORLD, [&] {
     cfg = config::load(args.config_path, args.overrides);
+    // The model fits its input (as data.name gives it) before anything
+    // starts: a shape error is a config error of every rank, said once.
+    (void)nn::model_graph(train::expected_model_spec(cfg));
     roles = layout::make_roles(cfg, mpi.size());
     compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads),
                                 cfg.cluster.dead_after_s);

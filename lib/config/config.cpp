@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "config/model_layers.hpp"
 
 namespace syncopt::config {
 namespace {
@@ -37,7 +38,7 @@ constexpr std::uint64_t kMaxTomlInt =
 constexpr int kMaxRecoveries = 64;
 constexpr std::string_view kDuplicateTable = "syncopt_repeated_table_at_line_";
 
-enum class KeyType { kString, kInt, kUint, kFloat, kBool, kIntList, kMode };
+enum class KeyType { kString, kInt, kUint, kFloat, kBool, kIntList, kMode, kLayers };
 
 // The KeyType of a config field's C++ type; a field of any other type does not compile.
 template <class T>
@@ -54,6 +55,8 @@ constexpr KeyType key_type_of() {
     return KeyType::kBool;
   } else if constexpr (std::is_same_v<T, Mode>) {
     return KeyType::kMode;
+  } else if constexpr (std::is_same_v<T, std::vector<nn::LayerDesc>>) {
+    return KeyType::kLayers;  // read and written by config/model_layers.cpp
   } else {
     static_assert(std::is_same_v<T, std::vector<std::int64_t>>,
                   "config field of an unsupported type");
@@ -181,10 +184,24 @@ std::vector<KeySpec> make_key_specs() {
       // [model]
       SYNCOPT_KEY(model, name, no_range(), "",
                   "Model: cnn (the paper's App. A.1 CNN), mlp (one hidden layer), logreg (logistic "
-                  "regression).",
-                  "cnn", "mlp", "logreg"),
-      SYNCOPT_KEY(model, weight_norm, no_range(), "", "Weight normalization in every layer."),
+                  "regression), resnet20 (He et al. 2016 section 4.2, 0.27 M parameters), "
+                  "resnet18 (11 M, a 3x3 stem for small images), custom (model.layers). "
+                  "`syncopt train CONFIG --dry-run` prints the model layer by layer.",
+                  "cnn", "mlp", "logreg", "resnet20", "resnet18", "custom"),
+      SYNCOPT_KEY(model, weight_norm, no_range(), "",
+                  "cnn, mlp, logreg: weight normalization in every layer (the resnets use batch "
+                  "norm; custom layers set weight_norm per conv / fc)."),
       SYNCOPT_KEY(model, mlp_hidden, at_least(1), "", "mlp: hidden units."),
+      SYNCOPT_KEY(model, layers, no_range(), "model.name = custom",
+                  "custom: the layers in order, as [[model.layers]] tables (or an inline array "
+                  "of tables); each reads the previous layer's output. Types and attributes "
+                  "(docs/models.md): conv (out, kernel = 3, stride = 1, pad = 0, bias = true, "
+                  "weight_norm = false); bn (eps = 1e-5); relu; add (from = an earlier layer's "
+                  "name or \"input\", shortcut = identity | projection: a 1x1 conv and bn on "
+                  "the shortcut when the shapes differ); maxpool and avgpool (kernel = 2, stride "
+                  "= kernel, pad = 0); gap (global average pooling); fc (out = the class count, "
+                  "bias, weight_norm); dropout (rate = 0.5); flatten. Every layer takes a name "
+                  "(default: type and position, e.g. relu4)."),
       // [optim]
       SYNCOPT_KEY(optim, name, no_range(), "", "Optimizer, both with momentum.", "sgd", "rmsprop"),
       SYNCOPT_KEY(optim, lr, above(0), "",
@@ -571,6 +588,8 @@ std::string type_name(KeyType type) {
       return "list of integers";
     case KeyType::kMode:
       return "string";
+    case KeyType::kLayers:
+      return "array of layer tables";
   }
   return "?";
 }
@@ -603,6 +622,8 @@ std::string format_value(const KeySpec& spec, const Config& cfg) {
     }
     case KeyType::kMode:
       return toml_string(mode_name(field_of<Mode>(spec, cfg)));
+    case KeyType::kLayers:
+      return layers_toml(field_of<std::vector<nn::LayerDesc>>(spec, cfg));
   }
   return "?";
 }
@@ -611,6 +632,7 @@ std::string format_value(const KeySpec& spec, const Config& cfg) {
 // where the default would not show the syntax.
 std::string example_value(const KeySpec& spec) {
   if (spec.type == KeyType::kIntList) return "[0, 2]";
+  if (spec.type == KeyType::kLayers) return "[{ type = \"fc\" }]";
   const std::string def = format_value(spec, Config{});
   if (def == "\"\"") return "\"path/to/file\"";
   return def;
@@ -711,6 +733,11 @@ std::optional<AssignError> assign(const KeySpec& spec, const toml::node& node, C
         return std::nullopt;
       }
       break;
+    case KeyType::kLayers:
+      if (auto why = read_layers(node, field_of<std::vector<nn::LayerDesc>>(spec, cfg))) {
+        return AssignError{spec.path() + ": " + *why, true};
+      }
+      return std::nullopt;
     case KeyType::kIntList:
       if (const auto* arr = node.as_array()) {
         std::vector<std::int64_t> values;
@@ -803,7 +830,8 @@ void check_each_key(const Config& cfg,
         break;
       }
       case KeyType::kBool:
-      case KeyType::kMode:  // only valid names can be stored
+      case KeyType::kMode:    // only valid names can be stored
+      case KeyType::kLayers:  // checked as read; shapes when the model is built
         break;
     }
   }
@@ -858,6 +886,16 @@ void check_across_keys(const Config& cfg,
                (dist == "geometric" || dist == "exponential")) {
       add(spec_of("train", "staleness_max"), "must be above train.simulated_staleness");
     }
+  }
+  if (cfg.model.name == "custom" && cfg.model.layers.empty()) {
+    add(spec_of("model", "name"),
+        "needs the layers: add [[model.layers]] tables (docs/models.md), or pick a built-in "
+        "model");
+  }
+  if (cfg.model.name != "custom" && !cfg.model.layers.empty()) {
+    add(spec_of("model", "name"),
+        "is a built-in model, but model.layers describes one: set model.name = \"custom\" to "
+        "train the layers, or remove them");
   }
   if (cfg.stragglers.model == "trace" && cfg.stragglers.trace.empty()) {
     add(spec_of("stragglers", "model"), "needs stragglers.trace, the path of the trace to replay");

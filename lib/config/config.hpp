@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/mode.hpp"
+#include "nn/layer.hpp"
 
 namespace syncopt::config {
 
@@ -43,9 +44,10 @@ struct DataConfig {
 };
 
 struct ModelConfig {
-  std::string name = "cnn";  // cnn | mlp | logreg
+  std::string name = "cnn";  // cnn | mlp | logreg | resnet20 | resnet18 | custom
   bool weight_norm = true;
   std::int64_t mlp_hidden = 128;
+  std::vector<nn::LayerDesc> layers;  // custom: [[model.layers]] (config/model_layers.hpp)
 
   bool operator==(const ModelConfig&) const = default;
 };

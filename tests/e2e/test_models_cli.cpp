@@ -1,0 +1,50 @@
+// Models as a user meets them on the command line: --dry-run prints the
+// model (shapes, parameters, FLOPs, totals), and a layer list that does not
+// fit or does not parse is a config error (78) that names the layer.
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "harness.hpp"
+
+using namespace syncopt_test;
+namespace fs = std::filesystem;
+
+TEST_CASE("--dry-run prints every model with its totals", "[e2e]") {
+  const Result r20 =
+      run("train " + src("configs/smoke.toml") + " --dry-run --set model.name=resnet20");
+  INFO(r20.output);
+  REQUIRE(r20.code == 0);
+  CHECK(r20.output.find("# model resnet20, input 1x28x28, 10 outputs") != std::string::npos);
+  CHECK(r20.output.find("s3b1.add.proj") != std::string::npos);
+  CHECK(r20.output.find("total: 272186 params") != std::string::npos);
+  const Result cnn = run("train " + src("configs/smoke.toml") + " --dry-run");
+  CHECK(cnn.code == 0);
+  CHECK(cnn.output.find("conv 3x3/1 pad 1 wn +relu    64x14x14") != std::string::npos);
+  CHECK(cnn.output.find("total: 824820 params") != std::string::npos);
+}
+
+TEST_CASE("a custom model that does not fit exits 78 naming the layer and both shapes", "[e2e]") {
+  const auto dir = temp_dir("models");
+  write_text(dir / "m.toml",
+             "[model]\nname = \"custom\"\n[[model.layers]]\ntype = \"conv\"\nname = \"a\"\n"
+             "out = 8\npad = 1\n[[model.layers]]\ntype = \"conv\"\nout = 16\nstride = 2\npad = 1\n"
+             "[[model.layers]]\ntype = \"add\"\nfrom = \"a\"\n[[model.layers]]\ntype = \"fc\"\n");
+  const Result bad = run("train " + (dir / "m.toml").string() + " --dry-run");
+  CHECK(bad.code == 78);
+  CHECK(bad.output.find("layer 3 (\"add3\", add)") != std::string::npos);
+  CHECK(bad.output.find("16x14x14") != std::string::npos);
+  CHECK(bad.output.find("8x28x28") != std::string::npos);
+  const Result fixed = run("train " + (dir / "m.toml").string() +
+                           " --dry-run --set 'model.layers=[{type=\"conv\", name=\"a\", out=8, "
+                           "pad=1}, {type=\"conv\", out=16, stride=2, pad=1}, {type=\"add\", "
+                           "from=\"a\", shortcut=\"projection\"}, {type=\"fc\"}]'");
+  INFO(fixed.output);
+  CHECK(fixed.code == 0);
+  CHECK(fixed.output.find("conv 1x1/2 pad 0 no-bias") != std::string::npos);
+  write_text(dir / "t.toml", "[model]\nname = \"custom\"\nlayers = [{ type = \"linear\" }]\n");
+  const Result typo = run("train " + (dir / "t.toml").string() + " --dry-run");
+  CHECK(typo.code == 78);
+  CHECK(typo.output.find("t.toml:3: model.layers") != std::string::npos);
+  CHECK(typo.output.find("did you mean \"fc\"?") != std::string::npos);
+  fs::remove_all(dir);
+}
