@@ -313,6 +313,11 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(eval, every_s, at_least(0), "",
                   "Evaluate every S seconds of wall time; 0 = off."),
       SYNCOPT_KEY(eval, batch, at_least(1), "", "Examples per evaluation batch."),
+      SYNCOPT_KEY(eval, bn_batches, at_least(1), "",
+                  "Models with batch norm: before each evaluation, the statistics of theta and, "
+                  "apart, of its EMA are computed on this many training batches of "
+                  "train.batch examples, the same seeded ones every time (\"precise BN\", "
+                  "docs/bn.md)."),
       // [compute]
       SYNCOPT_KEY(compute, backend, no_range(), "",
                   "Compute backend (cuda needs a CUDA build and a GPU).", "cpu", "cuda"),

@@ -121,6 +121,7 @@ struct EvalConfig {
   std::int64_t every_steps = 0;
   double every_s = 0.0;
   std::int64_t batch = 1000;
+  std::int64_t bn_batches = 50;  // batch norm: training batches of its statistics (docs/bn.md)
 
   bool operator==(const EvalConfig&) const = default;
 };
