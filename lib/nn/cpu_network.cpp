@@ -112,11 +112,16 @@ struct NodeInfo {
   std::vector<float> mean, var;
 };
 
-// Where a node's backward puts dL/d(one of its inputs): `target`, then
-// `exec` (a reorder, summing when the tensor already has a gradient) moves
-// it into the tensor's gradient; no exec when target is that gradient.
+// Where a node's backward puts dL/d(one of its inputs): `target`, then it
+// is moved into the tensor's gradient `to`: nothing to do when target is
+// that gradient; when the two have the same layout a memcpy, or `exec`, an
+// in-place binary add (oneDNN's reorder of equal layouts is its slow
+// generic one); else `exec`, a reorder (summing when the tensor already has
+// a gradient).
 struct Delivery {
-  memory target;
+  enum class Move { kNone, kCopy, kAdd, kReorder };
+  memory target, to;
+  Move move = Move::kNone;
   std::optional<Exec> exec;
 };
 
@@ -144,6 +149,7 @@ struct NodePlan {
   memory w_bwd, dw, dw_plain, diff_bias, src_w, diff_dst_w, diff_scale, diff_shift;
   std::optional<Exec> w_bwd_reorder, src_w_reorder, diff_dst_w_reorder, bwd_weights, dw_reorder,
       bwd;
+  std::optional<Exec> relu_bwd;      // conv / fc / add: the fused ReLU's mask, in place
   std::vector<Delivery> deliveries;  // per input slot that needs a gradient
   std::vector<int> delivery_slot;    // the input slot of each delivery
   bool alias_input0 = false;         // add: input 0's gradient is this node's
@@ -223,9 +229,9 @@ struct CpuNetwork::Impl {
   template <class Fn>
   void for_each_exec(Plan& plan, Fn&& fn) {
     for (NodePlan& np : plan.nodes) {
-      for (auto* e :
-           {&np.src_reorder, &np.src1_reorder, &np.w_fwd_reorder, &np.fwd, &np.w_bwd_reorder,
-            &np.src_w_reorder, &np.diff_dst_w_reorder, &np.bwd_weights, &np.dw_reorder, &np.bwd}) {
+      for (auto* e : {&np.src_reorder, &np.src1_reorder, &np.w_fwd_reorder, &np.fwd,
+                      &np.w_bwd_reorder, &np.src_w_reorder, &np.diff_dst_w_reorder, &np.bwd_weights,
+                      &np.dw_reorder, &np.bwd, &np.relu_bwd}) {
         if (*e) fn(**e);
       }
       for (Delivery& dl : np.deliveries) {
@@ -653,15 +659,40 @@ struct CpuNetwork::Impl {
     return true;
   }
 
+  // How `dl.target` reaches the gradient `g` (first: g has none yet).
+  void plan_move(Plan& plan, Delivery& dl, const memory& g, bool first, const std::string& what) {
+    dl.to = g;
+    if (dl.target.get_desc() == g.get_desc() && first) {
+      dl.move = Delivery::Move::kCopy;
+      return;
+    }
+    if (dl.target.get_desc() == g.get_desc()) {  // g += target, in place
+      dl.move = Delivery::Move::kAdd;
+      const dnnl::binary::desc d(dnnl::algorithm::binary_add, g.get_desc(), g.get_desc(),
+                                 g.get_desc());
+      const dnnl::binary::primitive_desc pd(d, make_attr(false), engine);
+      note_scratch(plan, pd);
+      dl.exec = Exec{dnnl::binary(pd),
+                     {{DNNL_ARG_SRC_0, g}, {DNNL_ARG_SRC_1, dl.target}, {DNNL_ARG_DST, g}},
+                     what + " dinput sum: " + pd.impl_info_str()};
+      return;
+    }
+    dl.move = Delivery::Move::kReorder;
+    dl.exec = make_reorder(plan, dl.target, g, what + (first ? " dinput reorder" : " dinput sum"),
+                           !first);
+  }
+
   // A node's backward writes dL/d(input `id`) in layout `natural`.
   Delivery plan_delivery(Plan& plan, int id, const memory::desc& natural, const std::string& what) {
     const bool first = start_grad(plan, id);
     memory& g = grad_of(plan, id);
-    if (first && natural == g.get_desc()) return {g, std::nullopt};
     Delivery dl;
+    if (first && natural == g.get_desc()) {
+      dl.target = g;
+      return dl;
+    }
     dl.target = memory(natural, engine);
-    dl.exec = make_reorder(plan, dl.target, g, what + (first ? " dinput reorder" : " dinput sum"),
-                           !first);
+    plan_move(plan, dl, g, first, what);
     return dl;
   }
 
@@ -671,9 +702,24 @@ struct CpuNetwork::Impl {
     const bool first = start_grad(plan, id);
     Delivery dl;
     dl.target = source;
-    dl.exec = make_reorder(plan, source, grad_of(plan, id),
-                           what + (first ? " dinput copy" : " dinput sum"), !first);
+    plan_move(plan, dl, grad_of(plan, id), first, what);
     return dl;
+  }
+
+  void deliver(Delivery& dl) {
+    switch (dl.move) {
+      case Delivery::Move::kNone:
+        return;
+      case Delivery::Move::kReorder:
+      case Delivery::Move::kAdd:
+        run(dl.exec);
+        return;
+      case Delivery::Move::kCopy:
+        stream.wait();
+        std::memcpy(data_of(dl.to), data_of(dl.target),
+                    static_cast<std::size_t>(float_count(dl.to)) * sizeof(float));
+        return;
+    }
   }
 
   void build_backward(Plan& plan, bool input_grad) {
@@ -704,6 +750,8 @@ struct CpuNetwork::Impl {
       np.bwd_weights.reset();
       np.dw_reorder.reset();
       np.bwd.reset();
+      np.relu_bwd.reset();
+      if (node.relu && node.type != LayerType::kBatchNorm) build_relu_mask(plan, np, j);
       np.deliveries.clear();
       np.delivery_slot.clear();
       np.alias_input0 = false;
@@ -749,6 +797,24 @@ struct CpuNetwork::Impl {
     attach_scratch(plan);
     plan.has_backward = true;
     plan.has_input_grad = input_grad;
+  }
+
+  // The backward of a ReLU fused into node j (a post-op of its forward):
+  // dL/d(pre-ReLU) = dL/doutput where the output is > 0, in place, by
+  // oneDNN's eltwise on the stored output.
+  void build_relu_mask(Plan& plan, NodePlan& np, std::size_t j) {
+    const dnnl::eltwise_forward::desc fd(dnnl::prop_kind::forward_training,
+                                         dnnl::algorithm::eltwise_relu_use_dst_for_bwd,
+                                         plan.t[j].get_desc(), 0.0f, 0.0f);
+    const dnnl::eltwise_forward::primitive_desc fpd(fd, make_attr(false), engine);
+    const dnnl::eltwise_backward::desc bd(dnnl::algorithm::eltwise_relu_use_dst_for_bwd,
+                                          plan.d[j].get_desc(), plan.t[j].get_desc(), 0.0f, 0.0f);
+    const dnnl::eltwise_backward::primitive_desc bpd(bd, make_attr(false), engine, fpd);
+    note_scratch(plan, bpd);
+    np.relu_bwd = Exec{
+        dnnl::eltwise_backward(bpd),
+        {{DNNL_ARG_DST, plan.t[j]}, {DNNL_ARG_DIFF_DST, plan.d[j]}, {DNNL_ARG_DIFF_SRC, plan.d[j]}},
+        graph.nodes[j].name + " relu bwd: " + bpd.impl_info_str()};
   }
 
   void build_conv_backward(Plan& plan, NodePlan& np, NodeInfo& info, std::size_t j,
@@ -1070,11 +1136,7 @@ struct CpuNetwork::Impl {
       NodeInfo& info = infos[j];
       const Node& node = *info.node;
       NodePlan& np = plan.nodes[j];
-      if (node.relu && node.type != LayerType::kBatchNorm) {
-        stream.wait();
-        float* dy = data_of(plan.d[j]);
-        ops::relu_backward(data_of(plan.t[j]), dy, float_count(plan.d[j]), dy);
-      }
+      run(np.relu_bwd);
       switch (node.type) {
         case LayerType::kConv:
         case LayerType::kFc:
@@ -1115,7 +1177,7 @@ struct CpuNetwork::Impl {
           run(np.bwd);
           break;
       }
-      for (Delivery& dl : np.deliveries) run(dl.exec);
+      for (Delivery& dl : np.deliveries) deliver(dl);
     }
     stream.wait();
   }
