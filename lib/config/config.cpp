@@ -222,6 +222,10 @@ std::vector<KeySpec> make_key_specs() {
           "linear_anneal: anneal linearly to 0 over the last E epochs; 0 = over the whole run."),
       SYNCOPT_KEY(optim, warmup_epochs, at_least(0), "",
                   "warmup_*: linear ramp from 0 over this many epochs."),
+      SYNCOPT_KEY(optim, final_lr, at_least(0), "< optim.lr",
+                  "exponential: the lr never decays below this; linear_anneal: the lr anneals "
+                  "to this instead of 0 (e.g. 1e-4 decreasing to 3e-6, the paper's App. A.4). "
+                  "Before optim.scale_lr_by_n, like optim.lr."),
       SYNCOPT_KEY(optim, scale_lr_by_n, no_range(), "",
                   "Multiply lr by N, the number of gradients aggregated per update."),
       SYNCOPT_KEY(optim, ema, within(0, false, 1, true), "",
@@ -891,6 +895,9 @@ void check_across_keys(const Config& cfg,
                (dist == "geometric" || dist == "exponential")) {
       add(spec_of("train", "staleness_max"), "must be above train.simulated_staleness");
     }
+  }
+  if (cfg.optim.lr > 0.0 && !(cfg.optim.final_lr < cfg.optim.lr)) {
+    add(spec_of("optim", "final_lr"), "must be below optim.lr (the schedule decreases to it)");
   }
   if (cfg.model.name == "custom" && cfg.model.layers.empty()) {
     add(spec_of("model", "name"),

@@ -64,6 +64,7 @@ struct OptimConfig {
   double decay_epochs = 2.0;
   double anneal_epochs = 0.0;  // linear_anneal: over the last E epochs (0 = the whole run)
   double warmup_epochs = 0.0;  // warmup_*: linear ramp from 0 over this many epochs
+  double final_lr = 0.0;       // exponential: floor; linear_anneal: where it ends
   bool scale_lr_by_n = false;
   double ema = 0.9999;  // 0 disables the EMA
   double weight_decay = 0.0;
