@@ -86,3 +86,23 @@ TEST_CASE("resnet20 trains on a generated directory in the CIFAR-10 binary layou
   CHECK(read_floats(dir / "runs" / "smoke" / "params.f32").size() == 272474);
   fs::remove_all(dir);
 }
+
+TEST_CASE("simulate sizes its messages from the model graph's parameter count", "[e2e][sim]") {
+  const auto dir = temp_dir("sim-model");
+  const std::string base =
+      "simulate " + src("configs/smoke.toml") + " -q --set run.dir=" + dir.string() +
+      " --set train.mode=sync --set train.steps=10 " + "--set sim.workers=4 --set run.name=";
+  const Result r18 = run(base + "r18 --set model.name=resnet18");
+  REQUIRE(r18.code == 0);
+  const Result r20 = run(base + "r20 --set model.name=resnet20");
+  REQUIRE(r20.code == 0);
+  const auto s18 = nlohmann::json::parse(read_text(dir / "r18" / "summary.json"))["sim"];
+  const auto s20 = nlohmann::json::parse(read_text(dir / "r20" / "summary.json"))["sim"];
+  // ResNet-18 with a 1-channel stem: 11173962 - 2 * 9 * 64 parameters.
+  CHECK(s18["param_count"].get<std::int64_t>() == 11172810);
+  CHECK(s20["param_count"].get<std::int64_t>() == 272186);
+  // A reply carries the parameters (4 bytes each) and a small header.
+  CHECK(s18["reply_bytes"].get<double>() >= 4.0 * 11172810);
+  CHECK(s18["reply_bytes"].get<double>() < 4.0 * 11172810 + 1024);
+  fs::remove_all(dir);
+}
