@@ -23,6 +23,12 @@ TEST_CASE("--dry-run prints every model with its totals", "[e2e]") {
   CHECK(cnn.code == 0);
   CHECK(cnn.output.find("conv 3x3/1 pad 1 wn +relu    64x14x14") != std::string::npos);
   CHECK(cnn.output.find("total: 824820 params") != std::string::npos);
+  // The CUDA backend runs straight-line models only, for now.
+  const Result cuda = run("train " + src("configs/smoke.toml") +
+                          " --dry-run --set model.name=resnet20 --set compute.backend=cuda");
+  CHECK(cuda.code == 78);
+  CHECK(cuda.output.find("model 'resnet20' is not yet supported by the CUDA backend") !=
+        std::string::npos);
 }
 
 TEST_CASE("a custom model that does not fit exits 78 naming the layer and both shapes", "[e2e]") {
