@@ -11,7 +11,7 @@
 using namespace syncopt_test;
 namespace fs = std::filesystem;
 
-TEST_CASE("--dry-run prints every model with its totals", "[e2e]") {
+TEST_CASE("dry-run prints every model with its totals", "[e2e]") {
   const Result r20 =
       run("train " + src("configs/smoke.toml") + " --dry-run --set model.name=resnet20");
   INFO(r20.output);
