@@ -24,8 +24,14 @@ search, is reported apart ("first step").
 
 The two alternate round by round; the script prints the median over rounds
 of each and the ratio syncopt / PyTorch of the step times (below 1: syncopt
-is faster). Without PyTorch (or without a GPU for it) it reports syncopt's
-figures alone and says why.
+is faster). Without PyTorch (or without a GPU for it, or when importing it
+fails in any way) it reports syncopt's figures alone and says why.
+
+Batches run in the order given, largest first by default, and --json is
+rewritten after each one, so a run cut short by a time limit keeps what it
+measured (scripts/gpu-check.sh relies on both). The file also records the
+LD_LIBRARY_PATH this script and its PyTorch processes ran with: --exe may be
+a wrapper that gives syncopt its own libraries, which must not reach Python.
 """
 import argparse
 import json
@@ -124,7 +130,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--exe", default=os.path.join(ROOT, "build", "syncopt"))
-    ap.add_argument("--batches", default="32,128,512,1024")
+    ap.add_argument("--batches", default="1024,512,128,32")
     ap.add_argument("--warmup", type=int, default=30, help="steps left out before timing")
     ap.add_argument("--steps", type=int, default=200, help="steps timed after the warm-up")
     ap.add_argument("--rounds", type=int, default=2)
@@ -141,11 +147,25 @@ def main():
         import torch
         if not torch.cuda.is_available():
             peer_note = "PyTorch sees no GPU"
-    except ImportError:
-        peer_note = "PyTorch is not installed"
+    except ModuleNotFoundError as e:
+        peer_note = ("PyTorch is not installed" if e.name == "torch" else
+                     f"importing PyTorch failed: {type(e).__name__}: {str(e)[:300]}")
+    except Exception as e:  # a library clash, a driver problem: no peer, but a report
+        peer_note = f"importing PyTorch failed: {type(e).__name__}: {str(e)[:300]}"
     if peer_note:
         print(f"bench: {peer_note}: reporting syncopt's figures alone, no ratio", flush=True)
     results = []
+    env_note = {"python_ld_library_path": os.environ.get("LD_LIBRARY_PATH"), "exe": args.exe}
+
+    def write_json():
+        if not args.json:
+            return
+        tmp_path = args.json + ".tmp"
+        with open(tmp_path, "w") as f:
+            json.dump({"results": results, "peer_note": peer_note, **env_note}, f, indent=2)
+        os.replace(tmp_path, args.json)
+
+    write_json()
     with tempfile.TemporaryDirectory(prefix="syncopt-bench-cuda-") as tmp:
         for batch in (int(b) for b in args.batches.split(",")):
             ours, theirs, first_ours, first_theirs, peer = [], [], [], [], {}
@@ -182,6 +202,7 @@ def main():
                             statistics.median(theirs),
                             "torch_version": peer.get("version"), "gpu": peer.get("gpu")})
             results.append(res)
+            write_json()
     print(f"\nreference CNN training, {args.warmup} warm-up + {args.steps} timed steps, "
           f"median of {args.rounds} alternating rounds, FP32 without TF32")
     print(f"{'batch':>6} {'syncopt ms':>11} {'torch ms':>9} {'syncopt/torch':>14} "
@@ -196,9 +217,7 @@ def main():
           "cuDNN algorithm search and is not in the step times)")
     if peer_note:
         print(f"note: no PyTorch figures: {peer_note}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"results": results, "peer_note": peer_note}, f, indent=2)
+    write_json()
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@
 #
 # Usage: scripts/fetch-gpu-debs.sh   (after scripts/gpu-pack.sh, which
 # recreates .gpu-carry: run this again after it). Needs apt-get (run
-# `apt-get update` first on a fresh machine).
+# `apt-get update` first on a fresh machine). GPU_CARRY: the carry folder,
+# as for gpu-pack.sh (default .gpu-carry).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEST="$ROOT/.gpu-carry/debs"
+CARRY="${GPU_CARRY:-$ROOT/.gpu-carry}"
+DEST="$CARRY/debs"
 
 PACKAGES=(
   # Open MPI's headers and compiler wrappers (mpicxx.openmpi; the wrapper
@@ -33,11 +35,11 @@ if ! apt-cache show "${PACKAGES[0]}" >/dev/null 2>&1; then
   echo "fetch-gpu-debs: apt-cache knows no ${PACKAGES[0]}; run 'apt-get update' first" >&2
   exit 1
 fi
-[[ -d "$ROOT/.gpu-carry" ]] || { echo "fetch-gpu-debs: run scripts/gpu-pack.sh first" >&2; exit 1; }
+[[ -d "$CARRY" ]] || { echo "fetch-gpu-debs: no $CARRY: run scripts/gpu-pack.sh first" >&2; exit 1; }
 rm -rf "$DEST"
 mkdir -p "$DEST"
 cd "$DEST"
 # apt-get download fetches the candidate version into the current folder.
 apt-get download "${PACKAGES[@]}"
 echo "fetch-gpu-debs: $(ls -1 ./*.deb | wc -l) packages, $(du -sh . | cut -f1) in $DEST"
-du -sh "$ROOT/.gpu-carry" | cut -f1 | xargs echo "fetch-gpu-debs: .gpu-carry now:"
+du -sh "$CARRY" | cut -f1 | xargs echo "fetch-gpu-debs: $CARRY now:"

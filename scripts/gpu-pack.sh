@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Packs, into .gpu-carry/ (gitignored), what scripts/gpu-check.sh needs on a
-# bare GPU machine (an H200 with the CUDA 13 toolkit, PyTorch and its
-# nvidia-* wheels, but no package registry and maybe no Open MPI), so that
-# one device run spends its minutes on the GPU, not on a build:
-#   bundle.tar.xz   bin/: syncopt and the CUDA test binaries, built here with
-#                   nvcc for sm_90 (BUILD_DIR, default build-gpu);
+# bare GPU machine (a driver; maybe a CUDA toolkit, PyTorch and its nvidia-*
+# wheels; no package registry, maybe no Open MPI), so that one device run
+# spends its minutes on the GPU, not on a build:
+#   bundle.tar.xz   bin/: syncopt, the CUDA test binaries and
+#                   syncopt_cuda_versions, built here with nvcc for sm_90
+#                   (BUILD_DIR, default build-gpu);
 #                   root/: a sysroot with the shared libraries they load
 #                   (ldd) that a CUDA image may lack -- Open MPI 4.1 with its
 #                   launcher, plugins, help files and PMIx, oneDNN, spdlog,
@@ -14,6 +15,11 @@
 #                   has them) nor the C/C++ runtime (glibc, libstdc++).
 #   fashion-mnist/  Fashion-MNIST as IDX .gz: the first TRAIN_EXAMPLES
 #                   training examples (default 20000) and the whole test set.
+#   REQUIRES        what the machine must have, one line each, read by
+#                   gpu-check.sh before anything runs: "glibc 2.36 FILE..."
+#                   (the newest GLIBC_ symbol version each carried file
+#                   needs), "glibcxx 3.4.30 FILE...", "cuda 13.0" (the
+#                   runtime the binaries need: a driver that supports it).
 #   MANIFEST        what is in it, from which commit, sizes, checksums.
 # Then it prints the size that travels (the working tree plus .gpu-carry),
 # which must stay under the device tool's 64 MiB.
@@ -22,7 +28,9 @@
 # Environment: BUILD_DIR (default build-gpu: configured here with
 # -DCMAKE_CUDA_ARCHITECTURES=90 if it does not exist; an existing tree is
 # used as it is, and must have sm_90), JOBS (default nproc),
-# TRAIN_EXAMPLES (default 20000), DATA (default /usr/share/datasets/fashion-mnist).
+# TRAIN_EXAMPLES (default 20000), DATA (default /usr/share/datasets/fashion-mnist),
+# GPU_CARRY (the folder to fill, default .gpu-carry; tests/gpu-pack packs
+# elsewhere), XZ_LEVEL (default 9).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -30,13 +38,21 @@ BUILD="${BUILD_DIR:-build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 TRAIN_EXAMPLES="${TRAIN_EXAMPLES:-20000}"
 DATA="${DATA:-/usr/share/datasets/fashion-mnist}"
-CARRY="$ROOT/.gpu-carry"
-BINARIES=(syncopt tests/syncopt_cuda_tests tests/syncopt_nccl_mpi tests/syncopt_cuda_logic)
+CARRY="${GPU_CARRY:-$ROOT/.gpu-carry}"
+XZ_LEVEL="${XZ_LEVEL:-9}"
+BINARIES=(syncopt tests/syncopt_cuda_tests tests/syncopt_nccl_mpi tests/syncopt_cuda_logic
+  tests/syncopt_cuda_versions)
 # The base system of any machine that runs CUDA programs, and the CUDA
 # libraries the machine brings (toolkit, PyTorch's wheels): not carried.
 SKIP_RE='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvidia-[a-z]*|libnvrtc[a-z.-]*|libnvJitLink)\.so'
 
 say() { printf '== %s\n' "$*"; }
+# Whether $1 is an ELF file (its magic number; `file` is not on every machine).
+is_elf() {
+  local magic=""
+  IFS= read -r -n 4 magic <"$1" 2>/dev/null || true
+  [[ "$magic" == $'\x7fELF' ]]
+}
 
 # --- 1. build -----------------------------------------------------------------
 if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
@@ -48,7 +64,7 @@ grep -Eq '^CMAKE_CUDA_ARCHITECTURES:[A-Z]+=.*\b90\b' "$BUILD/CMakeCache.txt" ||
   { echo "gpu-pack: $BUILD is not built for sm_90 (CMAKE_CUDA_ARCHITECTURES)" >&2; exit 1; }
 say "build ${BINARIES[*]} in $BUILD"
 cmake --build "$BUILD" -j "$JOBS" --target syncopt syncopt_cuda_tests syncopt_nccl_mpi \
-  syncopt_cuda_logic
+  syncopt_cuda_logic syncopt_cuda_versions
 
 # --- 2. stage -----------------------------------------------------------------
 STAGE="$(mktemp -d)"
@@ -108,9 +124,31 @@ scan() {  # $1 = an ELF file; puts what it needs from this system
   done < <(ldd "$1" 2>/dev/null | awk '/=>/ {print $1, $3}')
 }
 for f in "$STAGE"/bin/* $(find "$STAGE/root" -type f \( -name '*.so*' -o -perm -u+x \)); do
-  file -b "$f" | grep -q ELF && scan "$f"
+  if is_elf "$f"; then scan "$f"; fi
 done
-tar -C "$STAGE" -cf - bin root | xz -T0 -9 >"$STAGE/bundle.tar.xz"
+# What each carried ELF file needs of the machine's C and C++ runtimes: the
+# newest symbol versions it references (gpu-check.sh compares them with the
+# machine's before it starts anything, and says which files cannot load).
+need_versions() {  # $1 = GLIBC or GLIBCXX; prints "VERSION FILE" per file that needs one
+  local f v
+  while IFS= read -r f; do
+    v="$(objdump -T "$f" 2>/dev/null | { grep -o "${1}_[0-9][0-9.]*" || true; } |
+      sed "s/^${1}_//" | sort -uV | tail -1)"
+    if [[ -n "$v" ]]; then echo "$v ${f#"$STAGE"/}"; fi
+  done < <(find "$STAGE/bin" "$STAGE/root" -type f \( -name '*.so*' -o -perm -u+x \) -print |
+    while IFS= read -r f; do if is_elf "$f"; then echo "$f"; fi; done)
+}
+{
+  # One line per version, newest first, listing the files that need it.
+  for sym in GLIBC GLIBCXX; do
+    need_versions "$sym" | sort -k1,1Vr | awk -v s="$(echo "$sym" | tr 'A-Z' 'a-z')" '
+      $1 != v { if (v != "") print s, v, files; v = $1; files = "" }
+      { files = files (files == "" ? "" : " ") $2 }
+      END { if (v != "") print s, v, files }'
+  done
+  echo "cuda $(/usr/local/cuda/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+} >"$STAGE/REQUIRES"
+tar -C "$STAGE" -cf - bin root | xz -T0 "-$XZ_LEVEL" >"$STAGE/bundle.tar.xz"
 
 # --- 3. data ------------------------------------------------------------------
 say "Fashion-MNIST: first $TRAIN_EXAMPLES training examples, all test examples"
@@ -139,20 +177,16 @@ PY
 # --- 4. swap in, manifest, size --------------------------------------------------
 rm -rf "$CARRY"
 mkdir -p "$CARRY"
-mv "$STAGE/bundle.tar.xz" "$STAGE/fashion-mnist" "$CARRY/"
+mv "$STAGE/bundle.tar.xz" "$STAGE/fashion-mnist" "$STAGE/REQUIRES" "$CARRY/"
 {
   echo "syncopt GPU carry, made by scripts/gpu-pack.sh on $(hostname) at $(date -u +%FT%TZ)"
-  echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!.gpu-carry' || echo ' (with uncommitted changes)')"
+  echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- . ':!.gpu-carry' 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "nvcc $(/usr/local/cuda/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), sm_90"
   echo "cuDNN $(grep -E '#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' /usr/local/cuda/include/cudnn_version.h | awk '{print $3}' | paste -sd.)," \
        "NCCL $(grep -E '#define NCCL_(MAJOR|MINOR|PATCH) ' /usr/local/cuda/include/nccl.h | awk '{print $3}' | paste -sd.) (headers built against; the machine brings the libraries)"
-  bins=()
-  for b in "${BINARIES[@]}"; do bins+=("$BUILD/$b"); done
-  libs=()
-  while IFS= read -r f; do libs+=("$f"); done < <(find "$STAGE/root" -type f -name '*.so*')
-  echo "needs glibc $(objdump -T "${bins[@]}" "${libs[@]}" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)," \
-       "libstdc++ $(objdump -T "${bins[@]}" | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1)" \
-       "(the machine's own; built here on $(. /etc/os-release && echo "$PRETTY_NAME"))"
+  echo "needs glibc $(awk '$1 == "glibc" {print $2; exit}' "$CARRY/REQUIRES")," \
+       "libstdc++ GLIBCXX $(awk '$1 == "glibcxx" {print $2; exit}' "$CARRY/REQUIRES")" \
+       "(the machine's own; built here on $(. /etc/os-release && echo "$PRETTY_NAME"); REQUIRES says which file needs what)"
   echo "train examples: $TRAIN_EXAMPLES"
   echo
   (cd "$CARRY" && find . -type f ! -name MANIFEST -exec sha256sum {} + | sort -k2)
@@ -173,4 +207,4 @@ print(f"gpu-pack: .gpu-carry {total / mib:.1f} MiB (bundle {size(carry + '/bundl
       f" MiB, data {size(carry + '/fashion-mnist') / mib:.1f} MiB) + working tree {tree / mib:.1f}"
       f" MiB = {(total + tree) / mib:.1f} MiB of the 64 MiB that travel")
 PY
-echo "gpu-pack: carry it with the device tool: run(command='scripts/gpu-check.sh \$OUT', carry=['.gpu-carry'])"
+echo "gpu-pack: carry it with the device tool: run(command='scripts/gpu-check.sh \$OUT', carry=['.gpu-carry'], timeout_s=600)"

@@ -14,13 +14,10 @@
 
 namespace syncopt::app {
 
-train::Compute make_compute(const std::string& backend, int threads, double dead_after_s) {
-  if (backend == "cpu") {
+train::Compute make_compute(config::Backend backend, int threads, double dead_after_s) {
+  if (backend == config::Backend::kCpu) {
     nn::make_cpu_backend(threads);  // validates threads now, not on the first rank that computes
     return train::cpu_compute(threads);
-  }
-  if (backend != "cuda") {
-    throw ConfigError("unknown compute.backend \"" + backend + "\"; use \"cpu\" or \"cuda\"");
   }
 #if SYNCOPT_HAS_CUDA
   // The GPU this rank's backend took, so that the reducer uses the same one.

@@ -5,17 +5,17 @@
 
 #include <string>
 
+#include "config/enums.hpp"
 #include "train/compute.hpp"
 
 namespace syncopt::app {
 
-// compute.backend = "cpu" | "cuda"; `threads` = compute.threads;
-// `dead_after_s` = cluster.dead_after_s, the deadline of every wait for the
-// GPU and for NCCL (a peer that never joins an allreduce is an error after
-// it, not a hang). Asking for "cuda" in a build without it, or an unknown
-// name, is a ConfigError saying what to do; a missing GPU is reported when a
-// backend is made.
-train::Compute make_compute(const std::string& backend, int threads, double dead_after_s = 60.0);
+// compute.backend; `threads` = compute.threads; `dead_after_s` =
+// cluster.dead_after_s, the deadline of every wait for the GPU and for NCCL
+// (a peer that never joins an allreduce is an error after it, not a hang).
+// Asking for cuda in a build without it is a ConfigError saying what to
+// do; a missing GPU is reported when a backend is made.
+train::Compute make_compute(config::Backend backend, int threads, double dead_after_s = 60.0);
 
 // Whether this build has the CUDA backend.
 bool built_with_cuda();

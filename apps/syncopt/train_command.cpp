@@ -125,7 +125,9 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     (void)nn::model_graph(train::expected_model_spec(cfg));
     // The CUDA backend runs straight-line models only, for now: say so
     // here rather than after the data is loaded.
-    if (cfg.compute.backend == "cuda") (void)nn::net_spec(train::expected_model_spec(cfg));
+    if (cfg.compute.backend == config::Backend::kCuda) {
+      (void)nn::net_spec(train::expected_model_spec(cfg));
+    }
     roles = layout::make_roles(cfg, mpi.size());
     compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads),
                                 cfg.cluster.dead_after_s);
@@ -155,7 +157,7 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
                 100.0 * r.final_eval.accuracy, 100.0 * r.final_eval_ema.accuracy,
                 r.final_eval.loss);
     std::printf("         run directory: %s\n", r.run_dir.string().c_str());
-    if (r.outcome.status == "stopped") {
+    if (r.outcome.status() == RunStatus::kStopped) {
       std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
                   r.outcome.detail.c_str());
     }
@@ -177,7 +179,7 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     std::printf("\n%s", r.report.c_str());
     std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
                 r.run_dir.string().c_str(), r.run_dir.string().c_str(), r.run_dir.string().c_str());
-    if (r.outcome.status == "stopped") {
+    if (r.outcome.status() == RunStatus::kStopped) {
       std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
                   r.outcome.detail.c_str());
     }

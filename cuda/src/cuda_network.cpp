@@ -9,7 +9,8 @@
 // Two ways in:
 // - train_step_device (DeviceNetwork): parameters and gradient are device
 //   buffers of the caller (the CudaReplica); only the images and labels go
-//   up and the per-example losses come down.
+//   up, and the per-example losses and two flags (a bad label, and -- when
+//   asked -- a non-finite gradient) come down: one host wait per step.
 // - train_step / predict (nn::Network, host pointers; the parameter-server
 //   workers and evaluation): the parameters go up and the gradient comes
 //   down every call, so the transfers are pipelined with the compute on a
@@ -18,6 +19,12 @@
 //   computes, and layer k's gradient is copied down (and unstaged by the
 //   host) while the backward pass goes on below layer k. The host waits
 //   only for the last piece.
+//
+// Inputs are double-buffered: call k's images and labels go through slot
+// k % 2 (pinned staging, device buffers), copied up on the copy stream, so
+// the upload overlaps what the compute stream still runs (the replica's
+// optimiser and EMA of the previous step) and never waits for the compute
+// stream to finish reading the other slot. Events order the two streams.
 //
 // Numerics: plain FP32 everywhere, no TF32: convolutions with
 // CUDNN_FMA_MATH, cuBLAS in CUBLAS_DEFAULT_MATH (which keeps FP32 sgemm in
@@ -34,6 +41,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -93,6 +101,23 @@ struct Plan {
   std::vector<LayerPlan> layers;
   bool has_backward = false;
 };
+
+// One of the two input buffers (see the file comment): device images and
+// labels of up to max_batch examples, their pinned staging, and the events
+// that order them: `up` on the copy stream after the upload, `read` on the
+// compute stream after the last kernel that reads the slot.
+struct InputSlot {
+  DeviceBuffer<float> x;
+  DeviceBuffer<std::int32_t> labels;
+  PinnedBuffer<float> h_x;
+  PinnedBuffer<std::int32_t> h_labels;
+  CudaEvent up, read;
+};
+
+// The per-step flags, one int each, cleared and read back with the losses.
+constexpr int kBadLabel = 0;
+constexpr int kNonFinite = 1;
+constexpr int kFlagCount = 2;
 
 // Succeeded and fits the workspace limit; with fp32_math, also reported in
 // FMA or default math (a tensor-op entry was timed with TF32). The
@@ -157,16 +182,19 @@ class CudaNetwork final : public DeviceNetwork {
     const std::size_t n = static_cast<std::size_t>(max_batch);
     m_params = DeviceBuffer<float>(m_layout.count);
     m_h_params = PinnedBuffer<float>(m_layout.count);
-    m_t.emplace_back(n * m_layers.front().in_per);
+    m_t.emplace_back();  // the input is an InputSlot's
     for (const Layer& l : m_layers) m_t.emplace_back(n * l.out_per);
-    m_labels = DeviceBuffer<std::int32_t>(n);
+    for (InputSlot& in : m_in) {
+      in.x = DeviceBuffer<float>(n * m_layers.front().in_per);
+      in.labels = DeviceBuffer<std::int32_t>(n);
+      in.h_x = PinnedBuffer<float>(n * m_layers.front().in_per);
+      in.h_labels = PinnedBuffer<std::int32_t>(n);
+    }
     m_loss = DeviceBuffer<double>(n);
-    m_bad_label = DeviceBuffer<int>(1);
-    m_h_images = PinnedBuffer<float>(n * m_layers.front().in_per);
-    m_h_labels = PinnedBuffer<std::int32_t>(n);
+    m_flags = DeviceBuffer<int>(kFlagCount);
     m_h_logits = PinnedBuffer<float>(n * static_cast<std::size_t>(m_classes));
     m_h_loss = PinnedBuffer<double>(n);
-    m_h_bad_label = PinnedBuffer<int>(1);
+    m_h_flags = PinnedBuffer<int>(kFlagCount);
   }
 
   ~CudaNetwork() override {
@@ -197,15 +225,14 @@ class CudaNetwork final : public DeviceNetwork {
     SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
     Plan& plan = plan_for(batch, true);
     const cudaStream_t s = m_stream.get(), c = m_copy.get();
-    // The copy stream refills buffers the compute stream may still read.
+    // The copy stream refills m_params, which the compute stream may still read.
     SYNCOPT_CHECK_CUDA(cudaEventRecord(m_compute_done.get(), s));
     SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(c, m_compute_done.get(), 0));
-    stage_inputs(images, labels, batch, c);
-    SYNCOPT_CHECK_CUDA(cudaEventRecord(m_inputs_up.get(), c));
-    SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(s, m_inputs_up.get(), 0));
-    forward(plan, m_params.get(), params);
-    loss_and_dlogits(batch);
-    backward(plan, m_params.get(), m_grad.get(), true);
+    InputSlot& in = stage_inputs(images, labels, batch);
+    forward(plan, m_params.get(), params, in.x.get());
+    loss_and_dlogits(batch, in.labels.get());
+    backward(plan, m_params.get(), m_grad.get(), true, in.x.get());
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(in.read.get(), s));
     download_losses(batch);
     // Unstage each layer's gradient as soon as it is down, last layer first
     // (the order the backward pass finishes them).
@@ -215,23 +242,28 @@ class CudaNetwork final : public DeviceNetwork {
       wait_event(l.down.get(), m_options.sync_timeout_s, "the gradient download of " + l.spec.name);
       std::memcpy(grad + l.p_lo, m_h_grad.get() + l.p_lo, (l.p_hi - l.p_lo) * sizeof(float));
     }
-    return finish_loss(labels, batch);
+    return finish_loss(labels, batch, nullptr);
   }
 
   // d_params, d_grad [layout.count] device; images, labels host.
   float train_step_device(const float* d_params, const float* images, const std::int32_t* labels,
-                          int batch, float* d_grad) override {
+                          int batch, float* d_grad, bool* grad_finite) override {
     if (images == nullptr || labels == nullptr || d_params == nullptr || d_grad == nullptr) {
       throw InternalError("CudaNetwork::train_step_device: null buffer");
     }
     SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
     Plan& plan = plan_for(batch, true);
-    stage_inputs(images, labels, batch, m_stream.get());
-    forward(plan, d_params, nullptr);
-    loss_and_dlogits(batch);
-    backward(plan, d_params, d_grad, false);
+    const cudaStream_t s = m_stream.get();
+    InputSlot& in = stage_inputs(images, labels, batch);
+    forward(plan, d_params, nullptr, in.x.get());
+    loss_and_dlogits(batch, in.labels.get());
+    backward(plan, d_params, d_grad, false, in.x.get());
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(in.read.get(), s));
+    // The divergence check rides on the loss read-back: the same wait.
+    if (grad_finite != nullptr)
+      flag_nonfinite(d_grad, m_layout.count, m_flags.get() + kNonFinite, s);
     download_losses(batch);
-    return finish_loss(labels, batch);
+    return finish_loss(labels, batch, grad_finite);
   }
 
   // logits [batch, classes].
@@ -244,10 +276,9 @@ class CudaNetwork final : public DeviceNetwork {
     const cudaStream_t s = m_stream.get(), c = m_copy.get();
     SYNCOPT_CHECK_CUDA(cudaEventRecord(m_compute_done.get(), s));
     SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(c, m_compute_done.get(), 0));
-    stage_inputs(images, nullptr, batch, c);
-    SYNCOPT_CHECK_CUDA(cudaEventRecord(m_inputs_up.get(), c));
-    SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(s, m_inputs_up.get(), 0));
-    forward(plan, m_params.get(), params);
+    InputSlot& in = stage_inputs(images, nullptr, batch);
+    forward(plan, m_params.get(), params, in.x.get());
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(in.read.get(), s));
     const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(m_classes);
     SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_logits.get(), m_t.back().get(), n * sizeof(float),
                                        cudaMemcpyDeviceToHost, s));
@@ -298,8 +329,6 @@ class CudaNetwork final : public DeviceNetwork {
           SYNCOPT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(
               l.conv.get(), 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
           SYNCOPT_CHECK_CUDNN(cudnnSetConvolutionMathType(l.conv.get(), CUDNN_FMA_MATH));
-          scratch =
-              std::max(scratch, bias_backward_scratch(m_max_batch, l.out_c, l.out_h * l.out_w));
           break;
         case LayerKind::kFc:
           l.fan_in = static_cast<int>(l.in_per);
@@ -314,6 +343,7 @@ class CudaNetwork final : public DeviceNetwork {
       }
       if (l.spec.kind == LayerKind::kConv3x3 || l.spec.kind == LayerKind::kFc) {
         l.has_params = true;
+        scratch = std::max(scratch, bias_backward_scratch(m_max_batch, l.out_c, l.out_h * l.out_w));
         l.units = l.spec.out;
         if (m_net.weight_norm) {
           l.w_off = m_layout.find(name + ".v").offset;
@@ -470,21 +500,37 @@ class CudaNetwork final : public DeviceNetwork {
                   1e3 * seconds_since(t0), m_options.deterministic ? "heuristic" : "timed", algos);
   }
 
-  // Images (and labels, unless null) into pinned staging, then up on
-  // `stream`. The staging buffers are free: every call ends with a wait for
-  // the stream that last read them.
-  void stage_inputs(const float* images, const std::int32_t* labels, int batch,
-                    cudaStream_t stream) {
+  // Images (and labels, unless null) into the next input slot's pinned
+  // staging, up on the copy stream once the compute stream is done with
+  // that slot's device buffers (two calls ago); the compute stream waits
+  // for the upload. The caller records the slot's `read` event after its
+  // last use of the slot on the compute stream.
+  InputSlot& stage_inputs(const float* images, const std::int32_t* labels, int batch) {
+    InputSlot& in = m_in[static_cast<std::size_t>(m_next_slot)];
+    m_next_slot ^= 1;
+    const cudaStream_t c = m_copy.get();
+    // The pinned staging is free once the slot's last upload has run. Every
+    // call ends with a wait for the compute stream, which waited for that
+    // upload, so this query finds it done; the bounded wait is for a
+    // future caller that does not wait.
+    if (cudaEventQuery(in.up.get()) != cudaSuccess) {
+      wait_event(in.up.get(), m_options.sync_timeout_s, "an earlier batch's upload");
+    }
     const std::size_t image_nbytes =
         static_cast<std::size_t>(batch) * m_layers.front().in_per * sizeof(float);
-    std::memcpy(m_h_images.get(), images, image_nbytes);
-    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_t[0].get(), m_h_images.get(), image_nbytes,
-                                       cudaMemcpyHostToDevice, stream));
-    if (labels == nullptr) return;
-    const std::size_t label_nbytes = static_cast<std::size_t>(batch) * sizeof(std::int32_t);
-    std::memcpy(m_h_labels.get(), labels, label_nbytes);
-    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_labels.get(), m_h_labels.get(), label_nbytes,
-                                       cudaMemcpyHostToDevice, stream));
+    std::memcpy(in.h_x.get(), images, image_nbytes);
+    SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(c, in.read.get(), 0));
+    SYNCOPT_CHECK_CUDA(
+        cudaMemcpyAsync(in.x.get(), in.h_x.get(), image_nbytes, cudaMemcpyHostToDevice, c));
+    if (labels != nullptr) {
+      const std::size_t label_nbytes = static_cast<std::size_t>(batch) * sizeof(std::int32_t);
+      std::memcpy(in.h_labels.get(), labels, label_nbytes);
+      SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(in.labels.get(), in.h_labels.get(), label_nbytes,
+                                         cudaMemcpyHostToDevice, c));
+    }
+    SYNCOPT_CHECK_CUDA(cudaEventRecord(in.up.get(), c));
+    SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(m_stream.get(), in.up.get(), 0));
+    return in;
   }
 
   // Host-pointer path: layer l's parameters from `host` into m_params on the
@@ -510,11 +556,12 @@ class CudaNetwork final : public DeviceNetwork {
   }
 
   // Softmax cross-entropy of the logits: per-example losses and dL/dlogits.
-  void loss_and_dlogits(int batch) {
+  // Clears the flags (a bad label; a non-finite gradient) for this step.
+  void loss_and_dlogits(int batch, const std::int32_t* d_labels) {
     const cudaStream_t s = m_stream.get();
-    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(m_bad_label.get(), 0, sizeof(int), s));
-    softmax_cross_entropy(m_t.back().get(), m_labels.get(), batch, m_classes, m_loss.get(),
-                          m_d.back().get(), m_bad_label.get(), s);
+    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(m_flags.get(), 0, m_flags.nbytes(), s));
+    softmax_cross_entropy(m_t.back().get(), d_labels, batch, m_classes, m_loss.get(),
+                          m_d.back().get(), m_flags.get() + kBadLabel, s);
   }
 
   void download_losses(int batch) {
@@ -522,14 +569,16 @@ class CudaNetwork final : public DeviceNetwork {
     SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_loss.get(), m_loss.get(),
                                        static_cast<std::size_t>(batch) * sizeof(double),
                                        cudaMemcpyDeviceToHost, s));
-    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_bad_label.get(), m_bad_label.get(), sizeof(int),
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_flags.get(), m_flags.get(), m_flags.nbytes(),
                                        cudaMemcpyDeviceToHost, s));
   }
 
-  // Waits for the compute stream; the mean loss, summed in example order.
-  float finish_loss(const std::int32_t* labels, int batch) {
+  // The step's one host wait; then the mean loss, summed in example order,
+  // and (grad_finite non-null) whether the gradient was finite.
+  float finish_loss(const std::int32_t* labels, int batch, bool* grad_finite) {
     wait_stream(m_stream.get(), m_options.sync_timeout_s, "a training step");
-    if (*m_h_bad_label.get() != 0) throw_bad_label(labels, batch);
+    if (m_h_flags.get()[kBadLabel] != 0) throw_bad_label(labels, batch);
+    if (grad_finite != nullptr) *grad_finite = m_h_flags.get()[kNonFinite] == 0;
     double total = 0.0;
     for (int r = 0; r < batch; ++r) total += m_h_loss.get()[r];
     return static_cast<float>(total / batch);
@@ -543,14 +592,15 @@ class CudaNetwork final : public DeviceNetwork {
   // Forward pass at parameters P (device). host_params non-null: the
   // host-pointer path, which uploads each layer's parameters from there
   // into P (= m_params) just before the layer runs.
-  void forward(Plan& plan, const float* P, const float* host_params) {
+  // x0: the images [batch, C, H, W] on the device (an input slot's).
+  void forward(Plan& plan, const float* P, const float* host_params, const float* x0) {
     const cudaStream_t s = m_stream.get();
     const float one = 1.0f, zero = 0.0f;
     const int n = plan.batch;
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
       Layer& l = m_layers[i];
       LayerPlan& lp = plan.layers[i];
-      const float* x = m_t[i].get();
+      const float* x = i == 0 ? x0 : m_t[i].get();
       float* y = m_t[i + 1].get();
       if (l.has_params && host_params != nullptr) upload_layer(l, host_params);
       if (l.has_params && m_net.weight_norm) {
@@ -589,7 +639,7 @@ class CudaNetwork final : public DeviceNetwork {
   // Backward pass at parameters P; expects m_d.back() = dL/dlogits; writes
   // the gradient G (device). download: the host-pointer path (G = m_grad),
   // which copies each layer's gradient down once it is complete.
-  void backward(Plan& plan, const float* P, float* G, bool download) {
+  void backward(Plan& plan, const float* P, float* G, bool download, const float* x0) {
     const cudaStream_t s = m_stream.get();
     const float one = 1.0f, zero = 0.0f;
     const int n = plan.batch;
@@ -597,7 +647,7 @@ class CudaNetwork final : public DeviceNetwork {
       Layer& l = m_layers[k];
       LayerPlan& lp = plan.layers[k];
       const bool need_data = k > 0;
-      const float* x = m_t[k].get();
+      const float* x = k == 0 ? x0 : m_t[k].get();
       const float* y = m_t[k + 1].get();
       float* dy = m_d[k + 1].get();
       float* dx = m_d[k].get();
@@ -677,24 +727,26 @@ class CudaNetwork final : public DeviceNetwork {
   int m_device = 0;  // initialised (and made current) before the members below
   int m_classes = 0;
   // Declared before the buffers so that they are destroyed after them.
-  CudaStream m_stream;  // all compute
-  CudaStream m_copy;    // the host-pointer path's transfers
-  CudaEvent m_compute_done, m_inputs_up;
+  CudaStream m_stream;       // all compute
+  CudaStream m_copy;         // the host-pointer path's transfers
+  CudaEvent m_compute_done;  // the host-pointer path: m_params free for the next upload
   CublasHandle m_cublas;
   CudnnHandle m_cudnn;
   std::vector<Layer> m_layers;
   std::map<int, Plan> m_plans;
   DeviceBuffer<unsigned char> m_workspace;
   DeviceBuffer<double> m_bias_scratch;
-  DeviceBuffer<float> m_params, m_grad;       // the host-pointer path's device copies
-  std::vector<DeviceBuffer<float>> m_t, m_d;  // m_t[0] = images, m_t.back() = logits
-  DeviceBuffer<std::int32_t> m_labels;
+  DeviceBuffer<float> m_params, m_grad;  // the host-pointer path's device copies
+  // m_t[i] is layer i's input (m_t[0] unused: the input slot's), m_t.back()
+  // the logits.
+  std::vector<DeviceBuffer<float>> m_t, m_d;
+  std::array<InputSlot, 2> m_in;
+  int m_next_slot = 0;
   DeviceBuffer<double> m_loss;
-  DeviceBuffer<int> m_bad_label;
-  PinnedBuffer<float> m_h_params, m_h_grad, m_h_images, m_h_logits;
-  PinnedBuffer<std::int32_t> m_h_labels;
+  DeviceBuffer<int> m_flags;  // [kFlagCount]: kBadLabel, kNonFinite
+  PinnedBuffer<float> m_h_params, m_h_grad, m_h_logits;
   PinnedBuffer<double> m_h_loss;
-  PinnedBuffer<int> m_h_bad_label;
+  PinnedBuffer<int> m_h_flags;
 };
 
 class CudaBackend final : public nn::Backend {

@@ -1,8 +1,11 @@
 // CudaReplica: a training replica whose θ, gradient, optimiser state and EMA
 // live in device memory (see make_cuda_replica in syncopt_cuda/api.hpp).
 // Everything runs on the network's stream, in order; the host waits only
-// where it needs an answer (the loss, the finite flag, a copy to the host)
-// and only for a bounded time.
+// where it needs an answer (the loss, a reduction, a copy to the host) and
+// only for a bounded time. The divergence check never waits by itself: the
+// finite flag of the gradient is computed on the device behind whatever last
+// changed the gradient and comes back with that change's wait (the loss
+// read-back; the reduction's), so gradient_finite() answers from the host.
 //
 // Its checkpoint State is the host replica's, field for field (theta;
 // optim: name, momentum, rms_decay, eps, weight_decay, count, mom, [ms];
@@ -31,7 +34,7 @@ class CudaReplica final : public replica::Replica {
       : m_net(net),
         m_options(options),
         m_count(count),
-        m_rmsprop(checked_optimizer(options.optim) == "rmsprop"),
+        m_rmsprop(is_rmsprop(options.optim)),
         m_use_ema(options.ema_decay > 0.0),
         m_device(activate(net.device())),
         m_stream(static_cast<cudaStream_t>(net.stream())),
@@ -63,13 +66,23 @@ class CudaReplica final : public replica::Replica {
 
   float compute_gradient(const float* images, const std::int32_t* labels, int batch) override {
     SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
-    return m_net.train_step_device(m_theta.get(), images, labels, batch, m_grad.get());
+    m_finite_known = false;
+    bool finite = false;
+    const float loss =
+        m_net.train_step_device(m_theta.get(), images, labels, batch, m_grad.get(), &finite);
+    remember_finite(finite);
+    return loss;
   }
 
   void reduce_gradient(comm::Reducer& reducer) override {
     SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
+    m_finite_known = false;
+    if (m_count == 0) return;
     if (auto* d = dynamic_cast<DeviceReducer*>(&reducer); d != nullptr && d->device() == m_device) {
-      d->mean_device(m_grad.get(), m_count, m_stream);  // NCCL, in place, on our stream
+      // NCCL, in place, on our stream; the finite check queues behind it
+      // and the reducer's one wait covers both.
+      d->mean_device(m_grad.get(), m_count, m_stream, [this] { enqueue_finite_check(); });
+      remember_finite(*m_h_flag.get() == 0);
       return;
     }
     // Any other reducer (MPI) averages host memory: out, reduce, in.
@@ -77,16 +90,18 @@ class CudaReplica final : public replica::Replica {
     reducer.mean(m_host.get(), m_count);
     SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_grad.get(), m_host.get(), m_grad.nbytes(),
                                        cudaMemcpyHostToDevice, m_stream));
+    enqueue_finite_check();
     // m_host is reused by the next copy; the upload must have read it.
     wait("the reduced gradient's upload");
+    remember_finite(*m_h_flag.get() == 0);
   }
 
   bool gradient_finite() const override {
+    if (m_finite_known) return m_grad_finite;
+    // Only when nothing computed the flag since the gradient last changed
+    // (a restore): a wait of its own.
     SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
-    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(m_d_flag.get(), 0, sizeof(int), m_stream));
-    flag_nonfinite(m_grad.get(), m_count, m_d_flag.get(), m_stream);
-    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_flag.get(), m_d_flag.get(), sizeof(int),
-                                       cudaMemcpyDeviceToHost, m_stream));
+    enqueue_finite_check();
     wait("the gradient's finiteness check");
     return *m_h_flag.get() == 0;
   }
@@ -120,7 +135,7 @@ class CudaReplica final : public replica::Replica {
     checkpoint::State s;
     s.put("theta", host_vector(m_theta));
     checkpoint::State opt;
-    opt.put("name", o.name);
+    opt.put("name", config::to_string(o.name));
     opt.put("momentum", o.momentum);
     opt.put("rms_decay", o.rms_decay);
     opt.put("eps", o.eps);
@@ -160,6 +175,7 @@ class CudaReplica final : public replica::Replica {
       ema_check.restore(s.child("ema"));
     }
     SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
+    m_finite_known = false;
     upload(theta.data(), m_theta);
     upload(check.momentum_buffer().data(), m_mom);
     if (m_rmsprop) upload(so.get<std::vector<float>>("ms").data(), m_ms);
@@ -171,9 +187,8 @@ class CudaReplica final : public replica::Replica {
   }
 
  private:
-  static const std::string& checked_optimizer(const optim::OptimizerOptions& o) {
-    (void)optim::Optimizer(o, 0);  // ConfigError for an unknown name, as on the host
-    return o.name;
+  static bool is_rmsprop(const optim::OptimizerOptions& o) {
+    return o.name == config::OptimizerName::kRmsprop;
   }
   static int activate(int device) {
     SYNCOPT_CHECK_CUDA(cudaSetDevice(device));
@@ -181,6 +196,20 @@ class CudaReplica final : public replica::Replica {
   }
 
   void wait(const std::string& what) const { wait_stream(m_stream, m_timeout_s, what); }
+
+  // On the stream: m_h_flag = 1 if the gradient holds an infinity or NaN,
+  // else 0, once the stream gets there.
+  void enqueue_finite_check() const {
+    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(m_d_flag.get(), 0, sizeof(int), m_stream));
+    flag_nonfinite(m_grad.get(), m_count, m_d_flag.get(), m_stream);
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_flag.get(), m_d_flag.get(), sizeof(int),
+                                       cudaMemcpyDeviceToHost, m_stream));
+  }
+
+  void remember_finite(bool finite) {
+    m_grad_finite = finite;
+    m_finite_known = true;
+  }
 
   // host [count] -> dst, through the pinned buffer (which is free: every
   // use of it ends with a wait).
@@ -215,6 +244,9 @@ class CudaReplica final : public replica::Replica {
   cudaStream_t m_stream;  // the network's: compute and optimiser in one order
   double m_timeout_s;
   std::uint64_t m_ema_updates = 0;
+  // Whether the current gradient is finite, when known (see the file comment).
+  bool m_finite_known = false;
+  bool m_grad_finite = false;
   DeviceBuffer<float> m_theta, m_grad, m_mom, m_ms, m_ema;
   PinnedBuffer<float> m_host;  // staging for every copy to / from the host
   DeviceBuffer<int> m_d_flag;

@@ -103,24 +103,48 @@ __global__ void bias_finish_kernel(const double* partial, int c, int chunks, flo
   db[ch] = static_cast<float>(s);
 }
 
-// Bias gradient, fc layers (hw = 1): dy [n, c]; thread ch walks the batch,
-// neighbouring threads read neighbouring floats.
-__global__ void bias_rows_kernel(const float* dy, int n, int c, float* db) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
+// Bias gradient, fc layers (hw = 1), stage 1: dy [n, c]. Block (j, k) sums
+// the rows [j * per_chunk, min(n, (j + 1) * per_chunk)) of the kFcCols
+// channels from k * kFcCols: threadIdx.x picks the channel (a warp reads
+// consecutive floats of a row), threadIdx.y strides the rows; the kFcRows
+// partial sums of a channel are added in y order, into partial[ch * chunks
+// + j]. Many blocks, where one thread per channel walking the whole batch
+// left all but one or two multiprocessors idle.
+constexpr int kFcCols = 32;
+constexpr int kFcRows = kThreads / kFcCols;
+__global__ void bias_rows_partial_kernel(const float* dy, int n, int c, int per_chunk,
+                                         double* partial) {
+  __shared__ double part[kFcRows][kFcCols];
+  const int j = blockIdx.x;
+  const int ch = static_cast<int>(blockIdx.y) * kFcCols + static_cast<int>(threadIdx.x);
+  const int r0 = j * per_chunk;
+  const int r1 = min(n, r0 + per_chunk);
   double s = 0.0;
-  for (int r = 0; r < n; ++r) s += dy[static_cast<std::size_t>(r) * c + ch];
-  db[ch] = static_cast<float>(s);
+  if (ch < c) {
+    for (int r = r0 + static_cast<int>(threadIdx.y); r < r1; r += kFcRows) {
+      s += dy[static_cast<std::size_t>(r) * c + ch];
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    double t = 0.0;
+    for (int y = 0; y < kFcRows; ++y) t += part[y][threadIdx.x];
+    partial[static_cast<std::size_t>(ch) * gridDim.x + j] = t;
+  }
 }
 
-// Chunks per channel of bias_partial_kernel: about kBiasChunkElems elements
-// each, at most kMaxBiasChunks.
+// Chunks per channel: about kBiasChunkElems elements each for convolutions,
+// kFcRowsPerChunk rows for fc layers; at most kMaxBiasChunks (and at most
+// one per image), which bounds the scratch for any batch.
 constexpr int kBiasChunkElems = kThreads * 32;
+constexpr int kFcRowsPerChunk = 16;
 constexpr int kMaxBiasChunks = 64;
 
 int bias_images_per_chunk(int n, int hw) {
+  const long long per_elem = hw > 1 ? kBiasChunkElems : static_cast<long long>(kFcRowsPerChunk);
   const long long per_channel = static_cast<long long>(n) * hw;
-  long long chunks = (per_channel + kBiasChunkElems - 1) / kBiasChunkElems;
+  long long chunks = (per_channel + per_elem - 1) / per_elem;
   chunks = std::clamp<long long>(chunks, 1, std::min<long long>(kMaxBiasChunks, n));
   return static_cast<int>((n + chunks - 1) / chunks);
 }
@@ -267,26 +291,42 @@ void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cu
 }
 
 std::size_t bias_backward_scratch(int n, int c, int hw) {
-  if (hw <= 1 || n <= 0 || c <= 0) return 0;
+  if (hw < 1 || n <= 0 || c <= 0) return 0;
   // chunks <= min(kMaxBiasChunks, n) for every batch up to n.
   return static_cast<std::size_t>(std::min(kMaxBiasChunks, n)) * static_cast<std::size_t>(c);
+}
+
+BiasBackwardShape bias_backward_shape(int n, int c, int hw) {
+  BiasBackwardShape sh;
+  if (n <= 0 || c <= 0 || hw < 1) return sh;
+  sh.per_chunk = bias_images_per_chunk(n, hw);
+  sh.chunks = (n + sh.per_chunk - 1) / sh.per_chunk;
+  const long long channel_groups = hw == 1 ? (c + kFcCols - 1) / kFcCols : c;
+  sh.blocks = static_cast<long long>(sh.chunks) * channel_groups;
+  return sh;
 }
 
 void bias_backward(const float* dy, int n, int c, int hw, float* db, double* scratch,
                    cudaStream_t stream) {
   if (c == 0) return;
-  const unsigned int channel_blocks = static_cast<unsigned int>((c + kThreads - 1) / kThreads);
-  if (hw == 1) {
-    bias_rows_kernel<<<channel_blocks, kThreads, 0, stream>>>(dy, n, c, db);
-    check_launch("bias_rows_kernel");
+  if (n == 0) {  // an empty sum: db is still overwritten
+    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(db, 0, static_cast<std::size_t>(c) * sizeof(float), stream));
     return;
   }
-  const int per_chunk = bias_images_per_chunk(n, hw);
-  const int chunks = (n + per_chunk - 1) / per_chunk;
-  bias_partial_kernel<<<dim3(static_cast<unsigned int>(chunks), static_cast<unsigned int>(c)),
-                        kThreads, 0, stream>>>(dy, n, c, hw, per_chunk, scratch);
-  check_launch("bias_partial_kernel");
-  bias_finish_kernel<<<channel_blocks, kThreads, 0, stream>>>(scratch, c, chunks, db);
+  const BiasBackwardShape sh = bias_backward_shape(n, c, hw);
+  const auto chunks = static_cast<unsigned int>(sh.chunks);
+  if (hw == 1) {
+    const dim3 grid(chunks, static_cast<unsigned int>((c + kFcCols - 1) / kFcCols));
+    bias_rows_partial_kernel<<<grid, dim3(kFcCols, kFcRows), 0, stream>>>(dy, n, c, sh.per_chunk,
+                                                                          scratch);
+    check_launch("bias_rows_partial_kernel");
+  } else {
+    bias_partial_kernel<<<dim3(chunks, static_cast<unsigned int>(c)), kThreads, 0, stream>>>(
+        dy, n, c, hw, sh.per_chunk, scratch);
+    check_launch("bias_partial_kernel");
+  }
+  const unsigned int channel_blocks = static_cast<unsigned int>((c + kThreads - 1) / kThreads);
+  bias_finish_kernel<<<channel_blocks, kThreads, 0, stream>>>(scratch, c, sh.chunks, db);
   check_launch("bias_finish_kernel");
 }
 

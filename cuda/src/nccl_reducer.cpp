@@ -217,6 +217,7 @@ struct NcclReducer::Impl {
   // Waits for the work on `s` (an NCCL kernel among it), watching the
   // communicator's asynchronous error and the deadline.
   void wait_done(cudaStream_t s, const std::string& what) {
+    note_host_wait();
     Poller poll(timeout_s);
     for (;;) {
       const cudaError_t q = cudaStreamQuery(s);
@@ -317,12 +318,15 @@ void NcclReducer::allreduce_sum(float* device_buf, std::size_t count, void* stre
   im.wait_done(s, im.enqueue(device_buf, count, s, false));
 }
 
-void NcclReducer::allreduce_mean(float* device_buf, std::size_t count, void* stream) {
+void NcclReducer::allreduce_mean(float* device_buf, std::size_t count, void* stream,
+                                 const std::function<void()>& then) {
   Impl& im = *m_impl;
   if (count == 0) return;  // every rank passes the same count
   SYNCOPT_CHECK_CUDA(cudaSetDevice(im.device));
   const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : im.stream.get();
-  im.wait_done(s, im.enqueue(device_buf, count, s, true));
+  const std::string what = im.enqueue(device_buf, count, s, true);
+  if (then) then();
+  im.wait_done(s, what);
 }
 
 void NcclReducer::allreduce_mean_host(float* host, std::size_t count) {
@@ -349,8 +353,9 @@ std::unique_ptr<DeviceReducer> make_nccl_reducer(MPI_Comm comm, int device, doub
     std::string name() const override { return "nccl"; }
     void mean(float* buf, std::size_t count) override { m_reducer.allreduce_mean_host(buf, count); }
     int device() const override { return m_reducer.device(); }
-    void mean_device(float* d_buf, std::size_t count, void* stream) override {
-      m_reducer.allreduce_mean(d_buf, count, stream);
+    void mean_device(float* d_buf, std::size_t count, void* stream,
+                     const std::function<void()>& then) override {
+      m_reducer.allreduce_mean(d_buf, count, stream, then);
     }
 
    private:

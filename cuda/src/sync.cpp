@@ -1,6 +1,7 @@
 // Bounded waits for the GPU (see syncopt_cuda/sync.hpp).
 #include "syncopt_cuda/sync.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -17,8 +18,11 @@ namespace {
 constexpr double kSpinS = 0.02;
 constexpr auto kSleep = std::chrono::microseconds(200);
 
+std::atomic<std::uint64_t> g_host_waits{0};
+
 template <class Query>
 void wait_for(Query query, double timeout_s, const std::string& what, const char* kind) {
+  note_host_wait();
   Poller poll(timeout_s);
   for (;;) {
     const cudaError_t rc = query();
@@ -56,6 +60,10 @@ void Poller::pause() {
     std::this_thread::sleep_for(kSleep);
   }
 }
+
+std::uint64_t host_wait_count() noexcept { return g_host_waits.load(std::memory_order_relaxed); }
+
+void note_host_wait() noexcept { g_host_waits.fetch_add(1, std::memory_order_relaxed); }
 
 void wait_stream(cudaStream_t stream, double timeout_s, const std::string& what) {
   wait_for([stream] { return cudaStreamQuery(stream); }, timeout_s, what, "cudaStreamQuery: ");

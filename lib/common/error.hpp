@@ -21,6 +21,27 @@ enum class ExitCode : int {
   kConfig = 78,       // bad configuration
 };
 
+// How a run ended, as summary.json says it: a function of its exit code
+// (0 completed, 75 stopped by a signal with a checkpoint, anything else
+// failed), so the two can never disagree.
+enum class RunStatus { kCompleted, kStopped, kFailed };
+constexpr RunStatus status_of(ExitCode code) {
+  return code == ExitCode::kOk          ? RunStatus::kCompleted
+         : code == ExitCode::kPreempted ? RunStatus::kStopped
+                                        : RunStatus::kFailed;
+}
+constexpr const char* status_name(RunStatus s) {
+  switch (s) {
+    case RunStatus::kCompleted:
+      return "completed";
+    case RunStatus::kStopped:
+      return "stopped";
+    case RunStatus::kFailed:
+      return "failed";
+  }
+  return "failed";
+}
+
 // Base of every error syncopt throws on purpose. what() is the full,
 // user-facing message: it names the file/key/rank and says what to do.
 class Error : public std::runtime_error {

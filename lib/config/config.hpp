@@ -1,12 +1,15 @@
-// The experiment configuration: plain structs with defaults (DESIGN.md §8),
-// loaded from a TOML file plus `--set section.key=value` overrides.
-// validate() is a pure function of the config so every rank agrees on it.
+// The experiment configuration: plain structs with defaults (docs/design.md,
+// "Configuration"), loaded from a TOML file plus `--set section.key=value`
+// overrides. validate() is a pure function of the config so every rank
+// agrees on it. Enum-like keys are enums (config/enums.hpp), parsed once.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "config/enums.hpp"
 #include "config/mode.hpp"
 #include "nn/layer.hpp"
 
@@ -20,17 +23,17 @@ struct RunConfig {
   bool overwrite = false;  // replace an existing runs/<name>/ (never by default)
   double checkpoint_every_s =
       600.0;  // 0 = off (a checkpoint is still saved at the end and on a stop signal)
-  std::int64_t checkpoint_every_steps = 0;  // 0 = off
-  std::int64_t keep_checkpoints = 2;        // newest checkpoints kept on disk
-  std::string progress = "auto";            // auto | live | lines (metrics::Progress)
-  std::int64_t progress_every_steps = 50;   // progress line period when the line is not live
-  bool tensorboard = true;                  // TensorBoard event files under <run>/tb/
+  std::int64_t checkpoint_every_steps = 0;          // 0 = off
+  std::int64_t keep_checkpoints = 2;                // newest checkpoints kept on disk
+  ProgressOutput progress = ProgressOutput::kAuto;  // metrics::Progress
+  std::int64_t progress_every_steps = 50;  // progress line period when the line is not live
+  bool tensorboard = true;                 // TensorBoard event files under <run>/tb/
 
   bool operator==(const RunConfig&) const = default;
 };
 
 struct DataConfig {
-  std::string name = "fashion-mnist";  // fashion-mnist | idx | cifar10 | synthetic
+  DataSet name = DataSet::kFashionMnist;
   std::string path = "/usr/share/datasets/fashion-mnist";
   bool augment = false;
   double augment_max_rotate_deg = 10.0;  // uniform in [-max, max]
@@ -44,7 +47,7 @@ struct DataConfig {
 };
 
 struct ModelConfig {
-  std::string name = "cnn";  // cnn | mlp | logreg | resnet20 | resnet18 | custom
+  ModelName name = ModelName::kCnn;  // cnn | mlp | logreg | resnet20 | resnet18 | custom
   bool weight_norm = true;
   std::int64_t mlp_hidden = 128;
   std::vector<nn::LayerDesc> layers;  // custom: [[model.layers]] (config/model_layers.hpp)
@@ -53,14 +56,13 @@ struct ModelConfig {
 };
 
 struct OptimConfig {
-  std::string name = "sgd";  // sgd | rmsprop
+  OptimizerName name = OptimizerName::kSgd;
   double lr = 0.05;
   double momentum = 0.9;
   double rms_decay = 0.9;
   double eps = 1e-8;
-  std::string schedule = "constant";  // constant | exponential | linear_anneal | warmup_constant |
-                                      // warmup_linear_anneal | warmup_exponential
-  double decay_rate = 0.94;           // exponential: lr *= decay_rate every decay_epochs
+  Schedule schedule = Schedule::kConstant;
+  double decay_rate = 0.94;  // exponential: lr *= decay_rate every decay_epochs
   double decay_epochs = 2.0;
   double anneal_epochs = 0.0;  // linear_anneal: over the last E epochs (0 = the whole run)
   double warmup_epochs = 0.0;  // warmup_*: linear ramp from 0 over this many epochs
@@ -72,25 +74,30 @@ struct OptimConfig {
   bool operator==(const OptimConfig&) const = default;
 };
 
-// An integer key set to its word (train.backups = "auto").
-inline constexpr std::int64_t kAuto = -1;
+// A count that may also be "auto" (train.backups): a real variant, so that
+// "auto" can never leak into arithmetic as a number.
+struct AutoCount {
+  bool operator==(const AutoCount&) const = default;
+};
+using CountOrAuto = std::variant<std::int64_t, AutoCount>;
+inline bool is_auto(const CountOrAuto& c) { return std::holds_alternative<AutoCount>(c); }
 
 struct TrainConfig {
-  Mode mode = Mode::kLocal;  // parsed once from the name (config/mode.hpp)
-  std::int64_t batch = 32;   // per worker
-  std::int64_t steps = 0;    // updates; 0 = use epochs
-  double epochs = 1.0;       // epochs of accepted examples
-  std::int64_t backups = 1;  // b; N = workers - b; kAuto: chosen online (adaptive b)
+  Mode mode = Mode::kLocal;               // parsed once from the name (config/mode.hpp)
+  std::int64_t batch = 32;                // per worker
+  std::int64_t steps = 0;                 // updates; 0 = use epochs
+  double epochs = 1.0;                    // epochs of accepted examples
+  CountOrAuto backups = std::int64_t{1};  // b (N = workers - b), or auto (adaptive b)
   std::int64_t softsync_c = 1;
   std::int64_t ssp_bound = 3;
   double timeout_ms = 100.0;
-  std::string clock = "wall";  // wall | virtual (DESIGN.md §10, "Clocks")
+  Clock clock = Clock::kWall;  // docs/design.md, "Clocks"
   bool agree_shards = true;    // several shards apply the same N workers (shard 0 decides)
   // Simulated staleness (local mode, replica/staleness.hpp): the mean s in
   // updates (0 = off), its distribution, and the geometric's largest draw.
   double simulated_staleness = 0.0;
-  std::string staleness_dist = "fixed";  // fixed | uniform | geometric | exponential
-  std::int64_t staleness_max = 0;        // 0 = ceil(4 s)
+  StalenessDist staleness_dist = StalenessDist::kFixed;
+  std::int64_t staleness_max = 0;  // 0 = ceil(4 s)
 
   bool operator==(const TrainConfig&) const = default;
 };
@@ -104,8 +111,7 @@ struct ClusterConfig {
 };
 
 struct StragglerConfig {
-  std::string model =
-      "none";  // none | bernoulli | exponential | lognormal | pareto | fixed | trace
+  StragglerModel model = StragglerModel::kNone;
   std::vector<std::int64_t> workers;
   double prob = 0.0;
   double factor = 1.0;
@@ -128,7 +134,7 @@ struct EvalConfig {
 };
 
 struct ComputeConfig {
-  std::string backend = "cpu";  // cpu | cuda
+  Backend backend = Backend::kCpu;
   std::int64_t threads = 1;
 
   bool operator==(const ComputeConfig&) const = default;
@@ -137,17 +143,17 @@ struct ComputeConfig {
 // `syncopt simulate` (lib/sim/): the discrete-event model of a cluster, in
 // seconds of simulated time. Training itself ignores this section.
 struct SimConfig {
-  std::int64_t workers = 5;                // K, the simulated workers
-  double compute_ms = 10.0;                // mean compute time of one gradient
-  double compute_cv = 0.1;                 // its coefficient of variation (0 = fixed)
-  std::string compute_dist = "lognormal";  // lognormal | gamma
-  double overhead_ms = 0.0;                // worker time per gradient outside compute
-  double apply_ms = 0.0;                   // shard time per update (aggregate + optimiser)
-  double poll_max_us = 500.0;              // idle shard loop's longest back-off sleep; 0 = none
-  double latency_us = 50.0;                // one-way, per message
-  double bandwidth_gbps = 10.0;            // per link and direction; 0 = unlimited
-  std::int64_t param_count = 0;            // floats of the model; 0 = model.name's
-  std::uint64_t seed = 1;                  // compute-time draws
+  std::int64_t workers = 5;  // K, the simulated workers
+  double compute_ms = 10.0;  // mean compute time of one gradient
+  double compute_cv = 0.1;   // its coefficient of variation (0 = fixed)
+  ComputeDist compute_dist = ComputeDist::kLognormal;
+  double overhead_ms = 0.0;      // worker time per gradient outside compute
+  double apply_ms = 0.0;         // shard time per update (aggregate + optimiser)
+  double poll_max_us = 500.0;    // idle shard loop's longest back-off sleep; 0 = none
+  double latency_us = 50.0;      // one-way, per message
+  double bandwidth_gbps = 10.0;  // per link and direction; 0 = unlimited
+  std::int64_t param_count = 0;  // floats of the model; 0 = model.name's
+  std::uint64_t seed = 1;        // compute-time draws
 
   bool operator==(const SimConfig&) const = default;
 };

@@ -10,9 +10,20 @@
 #include <string_view>
 #include <vector>
 
+#include "config/enums.hpp"
+
 namespace syncopt::config {
 
 enum class Mode { kLocal, kSync, kAsync, kSoftsync, kSsp, kTimeout, kAllreduce };
+
+// clang-format off
+template <> struct EnumTable<Mode> {
+  static constexpr std::array<EnumName<Mode>, 7> kNames{{
+      {Mode::kLocal, "local"}, {Mode::kSync, "sync"}, {Mode::kAsync, "async"},
+      {Mode::kSoftsync, "softsync"}, {Mode::kSsp, "ssp"}, {Mode::kTimeout, "timeout"},
+      {Mode::kAllreduce, "allreduce"}}};
+};
+// clang-format on
 
 // What N, the number of gradients one update averages, is in a mode.
 enum class NRule {
@@ -24,8 +35,7 @@ enum class NRule {
 
 struct ModeTraits {
   Mode mode;
-  std::string_view name;  // as in train.mode
-  bool uses_ps;           // parameter-server shards, (evaluator), workers
+  bool uses_ps;  // parameter-server shards, (evaluator), workers
   // A gradient is accepted only if computed on the shard's current version
   // (sync, timeout): late ones are dropped, pulls wait for a newer version,
   // and the time to the k-th gradient of a version is meaningful.
@@ -36,17 +46,10 @@ struct ModeTraits {
 };
 
 const ModeTraits& traits(Mode mode);
-std::string_view mode_name(Mode mode);
-std::optional<Mode> mode_from_name(std::string_view name);
-// Every mode's name, in table order (for "must be one of ...").
-std::vector<std::string_view> mode_names();
+inline std::string_view mode_name(Mode mode) { return enum_name(mode); }
 
-// N for a layout: K workers (world ranks in allreduce), b backups, softsync c.
-int gradients_per_update(Mode mode, int workers, int backups, int softsync_c);
 // Examples one update consumes (N * batch; in timeout mode at most that),
 // the unit in which epochs and the schedule are counted.
 double examples_per_update(int n, std::int64_t batch);
-// The lr multiplier: N when optim.scale_lr_by_n, else 1.
-double lr_multiplier(int n, bool scale_lr_by_n);
 
 }  // namespace syncopt::config

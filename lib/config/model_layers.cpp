@@ -2,16 +2,21 @@
 #include "config/model_layers.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <string_view>
 #include <utility>
+
+#include "config/text.hpp"
 
 namespace syncopt::config {
 
 namespace {
 
+using detail::closest;
+using detail::format_number;
+using detail::join;
+using detail::toml_float;
+using detail::toml_string;
 using nn::LayerType;
 
 // The attributes each layer type takes besides `type` and `name`.
@@ -29,43 +34,6 @@ const std::vector<std::string_view>& attributes_of(LayerType type) {
       {},                                                         // flatten
   };
   return kAttrs[static_cast<std::size_t>(type)];
-}
-
-std::string join(const std::vector<std::string_view>& items, std::string_view sep) {
-  std::string out;
-  for (const auto& item : items) {
-    if (!out.empty()) out += sep;
-    out += item;
-  }
-  return out;
-}
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      cur[j] =
-          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// The closest candidate within a few edits, or "".
-std::string_view closest(std::string_view word, const std::vector<std::string_view>& candidates) {
-  std::string_view best;
-  std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1;
-  for (const auto& c : candidates) {
-    const std::size_t d = edit_distance(word, c);
-    if (d < best_d) {
-      best_d = d;
-      best = c;
-    }
-  }
-  return best;
 }
 
 // The type a misspelt or foreign type name most likely means: the closest
@@ -92,36 +60,12 @@ std::string_view suggest_type(std::string_view word) {
   return near;
 }
 
-std::string format_double(double v) {
-  char buf[64];
-  const auto res = std::to_chars(buf, buf + sizeof(buf), v);
-  std::string s(buf, res.ptr);
-  if (std::isfinite(v) && s.find_first_of(".eE") == std::string::npos) s += ".0";
-  return s;
-}
-
-std::string quoted(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04X", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
+std::string quoted(std::string_view s) { return toml_string(s); }
 
 std::string describe(const toml::node& node) {
   if (const auto* v = node.as_string()) return "string " + quoted(v->get());
   if (const auto* v = node.as_integer()) return "integer " + std::to_string(v->get());
-  if (const auto* v = node.as_floating_point()) return "float " + format_double(v->get());
+  if (const auto* v = node.as_floating_point()) return "float " + format_number(v->get());
   if (const auto* v = node.as_boolean()) return v->get() ? "true" : "false";
   if (node.is_array()) return "an array";
   if (node.is_table()) return "a table";
@@ -268,7 +212,7 @@ class LayerReader {
         if (*x > 0.0 && std::isfinite(*x)) {
           d.eps = *x;
         } else {
-          problem("eps = " + format_double(*x) + ": must be > 0");
+          problem("eps = " + format_number(*x) + ": must be > 0");
         }
       }
     } else if (key == "rate") {
@@ -276,7 +220,7 @@ class LayerReader {
         if (*x >= 0.0 && *x < 1.0) {
           d.rate = *x;
         } else {
-          problem("rate = " + format_double(*x) + ": must be in [0, 1)");
+          problem("rate = " + format_number(*x) + ": must be in [0, 1)");
         }
       }
     } else if (key == "from") {
@@ -349,8 +293,8 @@ std::string layers_toml(const std::vector<nn::LayerDesc>& layers) {
       if (key == "weight_norm" && d.weight_norm != defaults.weight_norm) {
         t += ", weight_norm = true";
       }
-      if (key == "eps" && d.eps != defaults.eps) t += ", eps = " + format_double(d.eps);
-      if (key == "rate" && d.rate != defaults.rate) t += ", rate = " + format_double(d.rate);
+      if (key == "eps" && d.eps != defaults.eps) t += ", eps = " + toml_float(d.eps);
+      if (key == "rate" && d.rate != defaults.rate) t += ", rate = " + toml_float(d.rate);
       if (key == "from" && !d.from.empty()) t += ", from = " + quoted(d.from);
       if (key == "shortcut" && d.shortcut == nn::Shortcut::kProjection) {
         t += ", shortcut = \"projection\"";

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/seed.hpp"
 
 namespace syncopt::data {
 
@@ -25,16 +26,6 @@ std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
     const std::uint64_t r = rng();
     if (r >= threshold) return r % n;
   }
-}
-
-std::uint64_t mix_seed(std::uint64_t a, std::uint64_t b) {
-  auto splitmix = [](std::uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  };
-  return splitmix(splitmix(a) ^ (b + 0x632be59bd9b4e019ULL));
 }
 
 namespace {
@@ -174,34 +165,38 @@ void standardize(Dataset& train, Dataset& test) {
 
 TrainTest load(const LoadOptions& opt) {
   TrainTest tt;
-  if (opt.name == "fashion-mnist" || opt.name == "idx") {
-    const bool fashion = opt.name == "fashion-mnist";
-    const std::string dir = opt.path.empty() && fashion ? kFashionMnistDir : opt.path;
-    const std::string train_images = pick_idx_file(dir, "train-images-idx3-ubyte", fashion);
-    const std::string train_labels = pick_idx_file(dir, "train-labels-idx1-ubyte", fashion);
-    const std::string test_images = pick_idx_file(dir, "t10k-images-idx3-ubyte", fashion);
-    const std::string test_labels = pick_idx_file(dir, "t10k-labels-idx1-ubyte", fashion);
-    tt.train = read_idx(train_images, train_labels, opt.limit_train);
-    tt.test = read_idx(test_images, test_labels, opt.limit_test);
-    if (tt.train.height != tt.test.height || tt.train.width != tt.test.width)
-      throw DataError(test_images + ": image size mismatch: expected " +
-                      std::to_string(tt.train.height) + "x" + std::to_string(tt.train.width) +
-                      " as in the training set, found " + std::to_string(tt.test.height) + "x" +
-                      std::to_string(tt.test.width));
-    tt.train.name = tt.test.name = opt.name;
-  } else if (opt.name == "cifar10") {
-    std::vector<std::string> train_paths;
-    for (int b = 1; b <= 5; ++b)
-      train_paths.push_back(opt.path + "/data_batch_" + std::to_string(b) + ".bin");
-    tt.train = read_cifar10(train_paths, opt.limit_train);
-    tt.test = read_cifar10({opt.path + "/test_batch.bin"}, opt.limit_test);
-  } else if (opt.name == "synthetic") {
-    // Train and test differ in seed (their examples) but share prototypes.
-    tt.train = make_synthetic(opt.synthetic_train, 1, 28, 28, 10, mix_seed(opt.seed, 1));
-    tt.test = make_synthetic(opt.synthetic_test, 1, 28, 28, 10, mix_seed(opt.seed, 2));
-  } else {
-    throw ConfigError("data.name = \"" + opt.name +
-                      "\": expected one of fashion-mnist, idx, cifar10, synthetic");
+  switch (opt.name) {
+    case config::DataSet::kFashionMnist:
+    case config::DataSet::kIdx: {
+      const bool fashion = opt.name == config::DataSet::kFashionMnist;
+      const std::string dir = opt.path.empty() && fashion ? kFashionMnistDir : opt.path;
+      const std::string train_images = pick_idx_file(dir, "train-images-idx3-ubyte", fashion);
+      const std::string train_labels = pick_idx_file(dir, "train-labels-idx1-ubyte", fashion);
+      const std::string test_images = pick_idx_file(dir, "t10k-images-idx3-ubyte", fashion);
+      const std::string test_labels = pick_idx_file(dir, "t10k-labels-idx1-ubyte", fashion);
+      tt.train = read_idx(train_images, train_labels, opt.limit_train);
+      tt.test = read_idx(test_images, test_labels, opt.limit_test);
+      if (tt.train.height != tt.test.height || tt.train.width != tt.test.width)
+        throw DataError(test_images + ": image size mismatch: expected " +
+                        std::to_string(tt.train.height) + "x" + std::to_string(tt.train.width) +
+                        " as in the training set, found " + std::to_string(tt.test.height) + "x" +
+                        std::to_string(tt.test.width));
+      tt.train.name = tt.test.name = config::to_string(opt.name);
+      break;
+    }
+    case config::DataSet::kCifar10: {
+      std::vector<std::string> train_paths;
+      for (int b = 1; b <= 5; ++b)
+        train_paths.push_back(opt.path + "/data_batch_" + std::to_string(b) + ".bin");
+      tt.train = read_cifar10(train_paths, opt.limit_train);
+      tt.test = read_cifar10({opt.path + "/test_batch.bin"}, opt.limit_test);
+      break;
+    }
+    case config::DataSet::kSynthetic:
+      // Train and test differ in seed (their examples) but share prototypes.
+      tt.train = make_synthetic(opt.synthetic_train, 1, 28, 28, 10, mix_seed(opt.seed, 1));
+      tt.test = make_synthetic(opt.synthetic_test, 1, 28, 28, 10, mix_seed(opt.seed, 2));
+      break;
   }
   standardize(tt.train, tt.test);
   return tt;

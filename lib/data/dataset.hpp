@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checkpoint/state.hpp"
+#include "config/enums.hpp"
 
 namespace syncopt::data {
 
@@ -61,7 +62,7 @@ Dataset make_synthetic(std::int64_t count, int channels, int height, int width, 
 // reads data_batch_{1..5}.bin and test_batch.bin under `path`; "synthetic"
 // makes train/test sets from `seed`. Normalises both with the train statistics.
 struct LoadOptions {
-  std::string name = "fashion-mnist";
+  config::DataSet name = config::DataSet::kFashionMnist;
   std::string path;
   std::int64_t limit_train = 0;
   std::int64_t limit_test = 0;
@@ -120,6 +121,5 @@ class EpochSampler {
 // (the std:: distributions are implementation-defined).
 double uniform01(std::mt19937_64& rng);                              // [0, 1), 53 bits
 std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n);  // [0, n), unbiased; n >= 1
-std::uint64_t mix_seed(std::uint64_t a, std::uint64_t b);            // splitmix64 of a pair
 
 }  // namespace syncopt::data

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "common/seed.hpp"
 #include "data/dataset.hpp"
 
 namespace syncopt::data {

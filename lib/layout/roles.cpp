@@ -30,6 +30,15 @@ std::string Roles::role_name(int rank) const {
   return "?";
 }
 
+namespace {
+
+// K, and where it comes from, for messages.
+std::string workers_text(long workers, int world, const std::string& need) {
+  return std::to_string(workers) + " workers (world " + std::to_string(world) + " - " + need + ")";
+}
+
+}  // namespace
+
 std::vector<std::string> check_layout(const config::Config& cfg, int world) {
   std::vector<std::string> errs;
   const auto& t = traits(cfg.train.mode);
@@ -44,19 +53,22 @@ std::vector<std::string> check_layout(const config::Config& cfg, int world) {
   const long ps = cfg.cluster.ps;
   const long eval = cfg.cluster.evaluator ? 1 : 0;
   const long workers = world - ps - eval;
-  const std::string need = "cluster.ps = " + std::to_string(ps) + (eval ? " + 1 evaluator" : "");
+  const std::string need = "cluster.ps = " + std::to_string(ps) + (eval ? " - 1 evaluator" : "");
   if (workers < 1) {
+    // The smallest world that fits: one worker, or b + 1 with a fixed b.
+    long min_workers = 1;
+    if (t.has_backups && !config::is_auto(cfg.train.backups)) {
+      min_workers = std::max<long>(1, std::get<std::int64_t>(cfg.train.backups) + 1);
+    }
     errs.push_back("world of " + std::to_string(world) + " ranks does not fit " + need +
-                   " and at least one worker: run with mpirun -np " +
-                   std::to_string(ps + eval + 1 + (t.has_backups ? cfg.train.backups : 0)) +
-                   " or more");
+                   " and at least " + std::to_string(min_workers) +
+                   (min_workers == 1 ? " worker" : " workers") + ": run with mpirun -np " +
+                   std::to_string(ps + eval + min_workers) + " or more");
     return errs;
   }
-  if (t.has_backups && cfg.train.backups != config::kAuto && cfg.train.backups >= workers) {
-    errs.push_back("train.backups = " + std::to_string(cfg.train.backups) +
-                   " leaves N = " + std::to_string(workers - cfg.train.backups) + " with " +
-                   std::to_string(workers) + " workers (world " + std::to_string(world) + " - " +
-                   need + "): need backups < workers; lower train.backups or add ranks");
+  for (auto& e : config::update_rule_problems(cfg, cfg.train.mode, static_cast<int>(workers),
+                                              workers_text(workers, world, need))) {
+    errs.push_back(std::move(e));
   }
   return errs;
 }
@@ -78,13 +90,7 @@ Roles make_roles(const config::Config& cfg, int world) {
     r.first_worker = r.shards + (cfg.cluster.evaluator ? 1 : 0);
   }
   r.workers = world - r.first_worker;
-  r.adaptive = t.has_backups && cfg.train.backups == config::kAuto;
-  // Adaptive b starts with one backup (none with a single worker).
-  r.backups = !t.has_backups ? 0
-              : r.adaptive   ? std::min(1, r.workers - 1)
-                             : static_cast<int>(cfg.train.backups);
-  r.n = config::gradients_per_update(r.mode, r.workers, r.backups,
-                                     static_cast<int>(cfg.train.softsync_c));
+  r.rule = config::update_rule(cfg, r.mode, r.workers, std::to_string(r.workers) + " workers");
   return r;
 }
 
@@ -110,8 +116,8 @@ std::string describe(const Roles& roles, std::size_t param_count) {
        << " workers";
   }
   if (traits(roles.mode).has_backups) {
-    os << " (N = " << roles.n << ", b = " << roles.backups
-       << (roles.adaptive ? ", adapted online: train.backups = auto" : "") << ")";
+    os << " (N = " << roles.rule.n << ", b = " << roles.rule.backups
+       << (roles.rule.adaptive ? ", adapted online: train.backups = auto" : "") << ")";
   }
   os << "\n";
   const auto slices =
@@ -148,7 +154,7 @@ std::string describe(const Roles& roles, std::size_t param_count) {
 Plan make_plan(const config::Config& cfg, const Roles& roles, std::int64_t train_count) {
   Plan p;
   p.train_count = static_cast<double>(train_count);
-  p.examples_per_update = config::examples_per_update(roles.n, cfg.train.batch);
+  p.examples_per_update = config::examples_per_update(roles.rule.n, cfg.train.batch);
   if (cfg.train.steps > 0) {
     p.total_steps = static_cast<std::uint64_t>(cfg.train.steps);
   } else {
@@ -163,7 +169,6 @@ Plan make_plan(const config::Config& cfg, const Roles& roles, std::int64_t train
   p.total_epochs = p.target_examples > 0
                        ? static_cast<double>(p.target_examples) / p.train_count
                        : static_cast<double>(p.total_steps) * p.examples_per_update / p.train_count;
-  p.lr_multiplier = config::lr_multiplier(roles.n, cfg.optim.scale_lr_by_n);
   return p;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "config/update_rule.hpp"
 
 namespace syncopt::layout {
 
@@ -26,10 +27,8 @@ struct Roles {
   int shards = 0;           // S (0 without a parameter server)
   int evaluator_rank = -1;  // -1: none
   int first_worker = 0;
-  int workers = 1;        // K
-  int n = 1;              // gradients per update (config/mode.hpp's NRule)
-  int backups = 0;        // b (adaptive: where it starts)
-  bool adaptive = false;  // train.backups = "auto": N chosen online by the shards
+  int workers = 1;          // K
+  config::UpdateRule rule;  // N, b, adaptive b and the lr multiplier
 
   Role role_of(int rank) const;
   int shard_of(int rank) const { return rank; }
@@ -62,8 +61,7 @@ struct Plan {
   // train.epochs in accepted examples when train.steps = 0 (else 0): the
   // shards stop on this, since a timeout update may carry fewer than N.
   std::uint64_t target_examples = 0;
-  double total_epochs = 0.0;   // the schedule's length
-  double lr_multiplier = 1.0;  // N when optim.scale_lr_by_n
+  double total_epochs = 0.0;  // the schedule's length
 };
 Plan make_plan(const config::Config& cfg, const Roles& roles, std::int64_t train_count);
 

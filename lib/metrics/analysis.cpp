@@ -233,7 +233,7 @@ RunAnalysis write_summary(const std::filesystem::path& run_dir, const RunInfo& i
 RunInfo run_info_from_summary(const json& s) {
   RunInfo i;
   const std::string mode = s.value("mode", std::string("local"));
-  const auto parsed = config::mode_from_name(mode);
+  const auto parsed = config::enum_from_name<config::Mode>(mode);
   if (!parsed) throw DataError("summary.json: unknown mode \"" + mode + "\"");
   i.mode = *parsed;
   i.n = s.value("N", 1);

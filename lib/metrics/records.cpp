@@ -160,13 +160,6 @@ double percentile(std::vector<double> values, double p) {
   return values[lo] * (1.0 - frac) + values[hi] * frac;
 }
 
-ProgressOutput parse_progress_output(const std::string& name) {
-  if (name == "auto") return ProgressOutput::kAuto;
-  if (name == "live") return ProgressOutput::kLive;
-  if (name == "lines") return ProgressOutput::kLines;
-  throw ConfigError("run.progress = \"" + name + "\": expected auto, live or lines");
-}
-
 namespace {
 
 bool is_terminal_path(const std::string& path) {

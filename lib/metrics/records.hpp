@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "config/enums.hpp"
+
 namespace syncopt::metrics {
 
 // Creates <dir>/<name>/ atomically (create_directory fails if it exists).
@@ -67,8 +69,7 @@ double percentile(std::vector<double> values, double p);
 // (steps, epoch, loss, examples/s, ETA), or a log line every N steps.
 // run.progress: "auto" (live when a person watches a terminal), "live",
 // "lines".
-enum class ProgressOutput { kAuto, kLive, kLines };
-ProgressOutput parse_progress_output(const std::string& name);  // ConfigError on others
+using config::ProgressOutput;
 
 // What decides "auto", read once from the process and /proc.
 struct TerminalFacts {

@@ -54,22 +54,21 @@ void check_count(const State& s, std::size_t count) {
   }
 }
 
-constexpr const char* kScheduleNames =
-    "constant, exponential, linear_anneal, warmup_constant, warmup_exponential, "
-    "warmup_linear_anneal";
-
-std::string unknown_schedule(const std::string& name) {
-  return "optim.schedule = \"" + name + "\": unknown schedule; expected one of " + kScheduleNames;
+bool has_warmup(config::Schedule s) {
+  using S = config::Schedule;
+  return s == S::kWarmupConstant || s == S::kWarmupExponential || s == S::kWarmupLinearAnneal;
 }
 
 }  // namespace
 
 Optimizer::Optimizer(const OptimizerOptions& opt, std::size_t count)
     : m_opt(opt), m_count(count), m_mom(count, 0.0f) {
-  if (opt.name == "rmsprop") {
-    m_ms.assign(count, 1.0f);
-  } else if (opt.name != "sgd") {
-    throw ConfigError("optim.name = \"" + opt.name + "\": expected \"sgd\" or \"rmsprop\"");
+  switch (opt.name) {
+    case config::OptimizerName::kRmsprop:
+      m_ms.assign(count, 1.0f);
+      break;
+    case config::OptimizerName::kSgd:
+      break;
   }
 }
 
@@ -99,7 +98,7 @@ void Optimizer::step(float* params, const float* grad, float lr) {
 
 State Optimizer::state() const {
   State s;
-  s.put("name", m_opt.name);
+  s.put("name", config::to_string(m_opt.name));
   s.put("momentum", m_opt.momentum);
   s.put("rms_decay", m_opt.rms_decay);
   s.put("eps", m_opt.eps);
@@ -114,7 +113,9 @@ void Optimizer::restore(const State& s) {
   // Everything is checked before anything is assigned: a failed restore
   // leaves the optimiser as it was.
   const auto& name = s.get<std::string>("name");
-  if (name != m_opt.name) throw_mismatch(s, "name", "optim.name", name, m_opt.name);
+  if (name != config::enum_name(m_opt.name)) {
+    throw_mismatch(s, "name", "optim.name", name, config::to_string(m_opt.name));
+  }
   check_same(s, "momentum", "optim.momentum", m_opt.momentum);
   check_same(s, "rms_decay", "optim.rms_decay", m_opt.rms_decay);
   check_same(s, "eps", "optim.eps", m_opt.eps);
@@ -126,52 +127,31 @@ void Optimizer::restore(const State& s) {
   if (ms) m_ms = *ms;
 }
 
-ScheduleName::ScheduleName(std::string_view name) : m_name(name) {
-  std::string_view shape = name;
-  if (shape.starts_with("warmup_")) {
-    m_warmup = true;
-    shape.remove_prefix(7);
-  }
-  m_known = true;
-  if (shape == "constant") {
-    m_shape = Schedule::kConstant;
-  } else if (shape == "exponential") {
-    m_shape = Schedule::kExponential;
-  } else if (shape == "linear_anneal") {
-    m_shape = Schedule::kLinearAnneal;
-  } else {
-    m_known = false;
-  }
-}
-
-ScheduleName parse_schedule(std::string_view name) {
-  ScheduleName s(name);
-  if (!s.known()) throw ConfigError(unknown_schedule(s.str()));
-  return s;
-}
-
 double learning_rate(const ScheduleOptions& s, double epoch) {
   // The operations and their order are those of the string-comparing
   // version this replaced, so every lr is bit-identical to it.
-  if (!s.name.known()) throw ConfigError(unknown_schedule(s.name.str()));
+  using S = config::Schedule;
   double warm = 1.0;
-  if (s.name.warmup() && s.warmup_epochs > 0.0) warm = std::min(1.0, epoch / s.warmup_epochs);
+  if (has_warmup(s.name) && s.warmup_epochs > 0.0) warm = std::min(1.0, epoch / s.warmup_epochs);
   double lr = s.base_lr;
-  switch (s.name.shape()) {
-    case Schedule::kConstant:
+  switch (s.name) {
+    case S::kConstant:
+    case S::kWarmupConstant:
       break;
-    case Schedule::kExponential:
+    case S::kExponential:
+    case S::kWarmupExponential:
       lr *= std::pow(s.decay_rate, std::floor(epoch / s.decay_epochs));
       lr = std::max(lr, s.final_lr);
       break;
-    case Schedule::kLinearAnneal: {
+    case S::kLinearAnneal:
+    case S::kWarmupLinearAnneal: {
       // final_lr = 0 gives exactly lr * clamp(...), as before the key existed.
       const double span = s.anneal_epochs > 0.0 ? s.anneal_epochs : s.total_epochs;
       lr = s.final_lr + (lr - s.final_lr) * std::clamp((s.total_epochs - epoch) / span, 0.0, 1.0);
       break;
     }
   }
-  return lr * warm * s.lr_multiplier;
+  return lr * warm;
 }
 
 Ema::Ema(double decay, const float* initial, std::size_t count)
@@ -214,10 +194,9 @@ OptimizerOptions optimizer_options(const config::OptimConfig& c) {
   return o;
 }
 
-ScheduleOptions schedule_options(const config::OptimConfig& c, double total_epochs,
-                                 double lr_multiplier) {
+ScheduleOptions schedule_options(const config::OptimConfig& c, double total_epochs) {
   ScheduleOptions s;
-  s.name = parse_schedule(c.schedule);
+  s.name = c.schedule;
   s.base_lr = c.lr;
   s.decay_rate = c.decay_rate;
   s.decay_epochs = c.decay_epochs;
@@ -225,7 +204,6 @@ ScheduleOptions schedule_options(const config::OptimConfig& c, double total_epoc
   s.warmup_epochs = c.warmup_epochs;
   s.final_lr = c.final_lr;
   s.total_epochs = total_epochs;
-  s.lr_multiplier = lr_multiplier;
   return s;
 }
 

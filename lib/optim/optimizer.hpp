@@ -17,7 +17,7 @@
 namespace syncopt::optim {
 
 struct OptimizerOptions {
-  std::string name = "sgd";  // sgd | rmsprop
+  config::OptimizerName name = config::OptimizerName::kSgd;
   double momentum = 0.9;
   double rms_decay = 0.9;
   double eps = 1e-8;
@@ -54,47 +54,15 @@ class Optimizer {
   std::vector<float> m_ms;   // rmsprop: running mean of g^2
 };
 
-// The shape of a learning-rate schedule, optim.schedule without "warmup_".
-enum class Schedule { kConstant, kExponential, kLinearAnneal };
-
-// optim.schedule parsed once, when it is set: learning_rate() runs every
-// update and branches on shape() and warmup(), never on the name.
-// Implicit from a name so options read like the config key
-// (`s.name = "warmup_exponential"`). An unknown name is kept as such
-// (known() is false) and learning_rate() rejects it with a ConfigError, the
-// contract of hand-built ScheduleOptions from before the enum;
-// schedule_options() and parse_schedule() reject it at once.
-class ScheduleName {
- public:
-  ScheduleName(std::string_view name = "constant");
-  ScheduleName(const char* name) : ScheduleName(std::string_view(name)) {}
-  ScheduleName(const std::string& name) : ScheduleName(std::string_view(name)) {}
-  const std::string& str() const { return m_name; }
-  bool known() const { return m_known; }
-  Schedule shape() const { return m_shape; }
-  bool warmup() const { return m_warmup; }
-
- private:
-  std::string m_name;
-  Schedule m_shape = Schedule::kConstant;
-  bool m_warmup = false;
-  bool m_known = false;
-};
-
-// A known schedule name, else ConfigError listing the known ones.
-ScheduleName parse_schedule(std::string_view name);
-
 struct ScheduleOptions {
-  ScheduleName name = "constant";  // constant | exponential | linear_anneal | warmup_constant |
-                                   // warmup_linear_anneal | warmup_exponential
+  config::Schedule name = config::Schedule::kConstant;
   double base_lr = 0.05;
   double decay_rate = 0.94;
   double decay_epochs = 2.0;
   double anneal_epochs = 0.0;  // 0 = anneal over the whole run
   double warmup_epochs = 0.0;
-  double final_lr = 0.0;       // exponential: the floor; linear_anneal: the end value
-  double total_epochs = 1.0;   // length of the run in epochs of accepted examples
-  double lr_multiplier = 1.0;  // N when optim.scale_lr_by_n, else 1
+  double final_lr = 0.0;      // exponential: the floor; linear_anneal: the end value
+  double total_epochs = 1.0;  // length of the run in epochs of accepted examples
 };
 
 // Learning rate at a point of the run, `epoch` = accepted examples / train
@@ -104,7 +72,8 @@ struct ScheduleOptions {
 //   linear_anneal: final_lr + (lr - final_lr) * clamp((total - epoch) / E, 0, 1),
 //                  E = anneal_epochs or total
 //   warmup_X:      X * min(1, epoch / warmup_epochs)
-// all times lr_multiplier.
+// The trainer multiplies it by the update's lr multiplier (N under
+// optim.scale_lr_by_n: config::UpdateRule::lr_multiplier).
 double learning_rate(const ScheduleOptions& s, double epoch);
 
 // Exponential moving average of the parameters (Polyak averaging):
@@ -132,11 +101,8 @@ class Ema {
 };
 
 // The optimiser and schedule of an [optim] config section. total_epochs is
-// the run's length in epochs of accepted examples; lr_multiplier is N when
-// optim.scale_lr_by_n (1 otherwise). An unknown optim.schedule is a
-// ConfigError here, before the first update.
+// the run's length in epochs of accepted examples.
 OptimizerOptions optimizer_options(const config::OptimConfig& c);
-ScheduleOptions schedule_options(const config::OptimConfig& c, double total_epochs,
-                                 double lr_multiplier);
+ScheduleOptions schedule_options(const config::OptimConfig& c, double total_epochs);
 
 }  // namespace syncopt::optim

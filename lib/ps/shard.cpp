@@ -34,16 +34,14 @@ Shard::Shard(const ShardSetup& st)
       m_has_eval(st.roles->evaluator_rank >= 0),
       m_use_ema(st.cfg->optim.ema > 0.0),
       m_agree(st.roles->shards > 1 && config::traits(st.roles->mode).versioned &&
-              st.cfg->train.clock != "virtual" && st.cfg->train.agree_shards),
-      m_core(st.roles->mode, st.roles->workers, st.roles->n, st.slice.count,
+              st.cfg->train.clock != config::Clock::kVirtual && st.cfg->train.agree_shards),
+      m_core(st.roles->mode, st.roles->workers, st.roles->rule.n, st.slice.count,
              st.cfg->train.timeout_ms / 1000.0, st.cfg->train.ssp_bound),
       m_theta(st.initial, st.initial + st.slice.count),
       m_mean(st.slice.count),
       m_opt(optim::optimizer_options(st.cfg->optim), st.slice.count),
       m_ema(m_use_ema ? st.cfg->optim.ema : 0.0, m_theta.data(), st.slice.count),
-      // Adaptive b: the lr is scaled by the N of each update, not a fixed one.
-      m_sched(optim::schedule_options(st.cfg->optim, st.plan->total_epochs,
-                                      st.roles->adaptive ? 1.0 : st.plan->lr_multiplier)),
+      m_sched(optim::schedule_options(st.cfg->optim, st.plan->total_epochs)),
       m_data_sends(st.data_comm),
       m_ctrl_sends(st.ctrl_comm),
       m_pending(static_cast<std::size_t>(m_workers)),
@@ -77,10 +75,11 @@ Shard::Shard(const ShardSetup& st)
   const double now = st.clock->now();
   m_watch = std::make_unique<comm::Watch>(st.live_comm, m_self, peers, peers,
                                           m_cfg.cluster.dead_after_s, now);
-  if (m_cfg.train.clock == "virtual") m_core.use_virtual_clock(m_cfg.sim.apply_ms / 1000.0);
+  const bool virtual_clock = m_cfg.train.clock == config::Clock::kVirtual;
+  if (virtual_clock) m_core.use_virtual_clock(m_cfg.sim.apply_ms / 1000.0);
   if (m_agree && m_self == 0) m_core.lead();
-  if (m_roles.adaptive && (m_self == 0 || m_cfg.train.clock == "virtual")) {
-    m_adaptive = std::make_unique<AdaptiveN>(m_workers, m_roles.n);
+  if (m_roles.rule.adaptive && (m_self == 0 || virtual_clock)) {
+    m_adaptive = std::make_unique<AdaptiveN>(m_workers, m_roles.rule.n);
   }
   if (m_agree && m_self != 0) {
     m_core.follow_leader();
@@ -89,7 +88,7 @@ Shard::Shard(const ShardSetup& st)
   }
   if (st.resume != nullptr) restore(*st.resume);
   m_last_checkpoint_s = now;
-  if (done_training()) finish(ExitCode::kOk, "completed", "");
+  if (done_training()) finish(ExitCode::kOk, "");
 }
 
 Shard::~Shard() = default;
@@ -128,7 +127,6 @@ ShardResult Shard::run() {
   result.examples = m_examples;
   result.after_end = m_after_end;
   result.code = m_code;
-  result.status = m_status;
   result.detail = m_detail;
   result.lost_workers = m_lost;
   result.dead_ranks = m_dead_ranks;
@@ -231,7 +229,7 @@ void Shard::on_peer_message(int slot, int bytes) {
   } else if (kind == Kind::kSaved) {
     on_saved(from, h.step_seq);
   } else if (kind == Kind::kStopRequest && h.code != 0) {
-    finish(static_cast<ExitCode>(h.code), "failed",
+    finish(static_cast<ExitCode>(h.code),
            "shard " + std::to_string(from) + " (" + rank_name(from) + ") failed; see its message");
   } else if (kind == Kind::kStopRequest) {
     request_stop(static_cast<int>(h.step_seq));
@@ -319,12 +317,12 @@ void Shard::apply_one() {
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
   metrics::StepRecord rec = m_core.apply(m_mean.data(), m_st.clock->now());
   // Adaptive b: the lr follows the N this update averages (scale_lr_by_n).
-  const auto lr =
-      static_cast<float>(optim::learning_rate(m_sched, epoch) * (m_roles.adaptive ? rec.used : 1));
+  const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) *
+                                     m_roles.rule.lr_multiplier(rec.used));
   if (m_agree && m_self == 0) send_decision(rec);
   if (!std::isfinite(rec.loss) || !m_core.mean_finite()) {
     // Nothing non-finite is applied or saved: the last checkpoint stays.
-    finish(ExitCode::kInternal, "failed",
+    finish(ExitCode::kInternal,
            "training diverged: the mean loss of update " + std::to_string(rec.step) + " at shard " +
                std::to_string(m_self) + " is " + std::to_string(rec.loss) + " (lr " +
                std::to_string(lr) +
@@ -343,11 +341,11 @@ void Shard::apply_one() {
     rec.t_apply = m_st.clock->now();  // after the optimiser: the next step starts here
     m_core.set_step_start(rec.t_apply);
   }
-  if (m_roles.adaptive) rec.n = rec.used;
+  if (m_roles.rule.adaptive) rec.n = rec.used;
   if (m_adaptive) adapt(rec);
   m_current.reset();  // parameters changed: the next answer publishes anew
   m_st.steps_log->write(rec);
-  if (done_training()) finish(ExitCode::kOk, "completed", "");
+  if (done_training()) finish(ExitCode::kOk, "");
   if (m_st.on_update) m_st.on_update(m_core.version(), m_examples, rec.loss);
   if (m_st.inline_eval && !m_finished) {
     m_st.inline_eval(m_core.version(), m_examples, m_theta.data(),
@@ -453,11 +451,10 @@ void Shard::notify_evaluator() {
 
 // Training ends here: completed, stopped by a signal, or failed. The first
 // reason is the one recorded.
-void Shard::finish(ExitCode code, const std::string& status, const std::string& detail) {
+void Shard::finish(ExitCode code, const std::string& detail) {
   if (m_finished) return;
   m_finished = true;
   m_code = code;
-  m_status = status;
   m_detail = detail;
   m_stop.reset();
   if (code != ExitCode::kOk && code != ExitCode::kPreempted) spdlog::error("{}", detail);
@@ -496,7 +493,7 @@ int Shard::live_workers() const {
 
 // Sync, timeout and softsync need N (c) live workers; async and ssp one.
 int Shard::workers_needed() const {
-  return config::traits(m_roles.mode).n_rule == config::NRule::kOne ? 1 : m_roles.n;
+  return config::traits(m_roles.mode).n_rule == config::NRule::kOne ? 1 : m_roles.rule.n;
 }
 
 void Shard::check_liveness() {
@@ -525,7 +522,7 @@ void Shard::check_liveness() {
       m_saving.reset();  // a checkpoint without a shard's part is no checkpoint
       m_final_saved = true;
     }
-    finish(ExitCode::kUnavailable, "failed",
+    finish(ExitCode::kUnavailable,
            who + " is dead (silent for " +
                std::to_string(static_cast<int>(now - m_watch->last_heard(rank))) +
                "s): the run cannot go on without it");
@@ -568,7 +565,7 @@ void Shard::lose_worker(int w, double now) {
     std::string lost;
     for (const auto& l : m_lost)
       lost += (lost.empty() ? "" : ", ") + rank_name(l["rank"].get<int>());
-    finish(ExitCode::kUnavailable, "failed",
+    finish(ExitCode::kUnavailable,
            "only " + std::to_string(live) + " of " + std::to_string(m_workers) +
                " workers are alive and this mode needs " + std::to_string(workers_needed()) +
                " (lost: " + lost +
@@ -606,7 +603,7 @@ void Shard::coordinate() {
   request_stop(stop_signal());
   if (m_self != 0) return;
   if (m_stop_signal != 0 && !m_finished) {
-    finish(ExitCode::kPreempted, "stopped",
+    finish(ExitCode::kPreempted,
            signal_name(m_stop_signal) + " at step " + std::to_string(m_core.version()));
     spdlog::info("stopping at step {} on {}: saving a checkpoint", m_core.version(),
                  signal_name(m_stop_signal));
@@ -693,11 +690,7 @@ void Shard::on_checkpoint_command(const comm::MsgHeader& h) {
   if ((h.flags & comm::kFlagFinal) != 0) {
     m_final_saved = true;
     const auto code = static_cast<ExitCode>(h.code);
-    finish(code,
-           code == ExitCode::kOk          ? "completed"
-           : code == ExitCode::kPreempted ? "stopped"
-                                          : "failed",
-           "shard 0 ended the run");
+    finish(code, "shard 0 ended the run");
   }
 }
 

@@ -72,11 +72,10 @@ struct ShardSetup {
 struct ShardResult {
   std::vector<float> theta, ema;
   std::uint64_t steps = 0;
-  std::uint64_t examples = 0;  // accepted examples
-  std::int64_t after_end = 0;  // gradients that arrived after the last update
-  ExitCode code = ExitCode::kOk;
-  std::string status = "completed";  // completed | stopped | failed
-  std::string detail;                // "SIGUSR1 at step 40", or why it failed
+  std::uint64_t examples = 0;     // accepted examples
+  std::int64_t after_end = 0;     // gradients that arrived after the last update
+  ExitCode code = ExitCode::kOk;  // its RunStatus: status_of(code)
+  std::string detail;             // "SIGUSR1 at step 40", or why it failed
   nlohmann::json lost_workers = nlohmann::json::array();
   std::vector<int> dead_ranks;  // every rank this shard found dead
 };
@@ -119,7 +118,7 @@ class Shard {
   void notify_evaluator();
   void check_liveness();
   void lose_worker(int w, double now);
-  void finish(ExitCode code, const std::string& status, const std::string& detail);
+  void finish(ExitCode code, const std::string& detail);
   bool keep_running() const;
   void drain();
   const comm::SharedMessage& publish();
@@ -184,7 +183,7 @@ class Shard {
 
   bool m_finished = false;
   ExitCode m_code = ExitCode::kOk;
-  std::string m_status = "completed", m_detail;
+  std::string m_detail;
   int m_stop_signal = 0;
   std::uint64_t m_examples = 0;
   std::int64_t m_after_end = 0;

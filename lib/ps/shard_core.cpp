@@ -135,15 +135,25 @@ bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, fl
                         double compute_s, double now, std::uint64_t seq, double vtime,
                         std::uint64_t oldest) {
   if (deferred()) return on_deferred_grad(worker, version, grad, loss, compute_s, now, seq, vtime);
+  // The first-N cutoff has one decision point: full() makes an update due
+  // (ready()), and the loop applies it before it hands over the next
+  // gradient, which then is of an older version and dropped as late. A loop
+  // that does not is a bug, not a reason to accept an (N+1)-th.
+  if (full()) {
+    throw InternalError("shard core: a gradient from worker " + std::to_string(worker) +
+                        " was handed over while the update of version " +
+                        std::to_string(m_version) + " (" + std::to_string(m_used) +
+                        " gradients) was due and not applied");
+  }
   const auto w = static_cast<std::size_t>(worker);
   const auto staleness = static_cast<std::int64_t>(m_version) - static_cast<std::int64_t>(version);
   if (m_versioned) {
-    // Fresh, first from this worker in this step, and among the first N;
-    // a leader also wants it fresh on every shard (a worker that started,
-    // or was answered, between two shards' versions is stale on one).
+    // Fresh and first from this worker in this step; a leader also wants it
+    // fresh on every shard (a worker that started, or was answered, between
+    // two shards' versions is stale on one).
     const bool fresh =
         version == m_version && (!m_leader || oldest == kEveryShard || oldest >= version);
-    const bool accept = fresh && !m_contributed[w] && m_used < m_n;
+    const bool accept = fresh && !m_contributed[w];
     record(worker, version, accept, staleness, compute_s, loss, now, seq);
     if (!accept) return false;
     std::copy(grad, grad + m_count, m_slots[w].begin());
@@ -179,11 +189,14 @@ bool ShardCore::ready(double now) const {
     }
     return in > 0;
   }
+  if (m_mode == Mode::kTimeout && m_used >= 1 && now - m_first_accept >= m_timeout_s) return true;
+  return full();
+}
+
+bool ShardCore::full() const {
   switch (m_mode) {
     case Mode::kSync:
-      return m_used == m_n;
     case Mode::kTimeout:
-      return m_used == m_n || (m_used >= 1 && now - m_first_accept >= m_timeout_s);
     case Mode::kSoftsync:
       return m_used >= m_n;
     case Mode::kAsync:

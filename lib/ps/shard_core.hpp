@@ -3,10 +3,13 @@
 // update is applied, what it averages, what the step record says, and when
 // a worker's request for parameters may be answered.
 //
-//   sync:     accept a gradient iff its version equals the shard's version t,
-//             its worker has not contributed to step t yet, and fewer than N
-//             have been accepted; apply the mean of exactly N (summed in
-//             worker order, so the result does not depend on arrival order).
+//   sync:     accept a gradient iff its version equals the shard's version t
+//             and its worker has not contributed to step t yet; the N-th
+//             makes the update due (ready()), and the caller applies it
+//             before the next gradient, which is then late (one decision
+//             point for the first-N cutoff; on_grad() while an update is due
+//             is an InternalError). The mean of exactly N is summed in worker
+//             order, so the result does not depend on arrival order.
 //   timeout:  as sync, but also apply when timeout_s has passed since the
 //             first accepted gradient of the step (with >= 1 gradient).
 //   async/ssp: apply every gradient on arrival (staleness = t - version).
@@ -77,7 +80,8 @@ class ShardCore {
   void follow_leader();
   void decide(std::uint64_t version, std::vector<int> workers);
 
-  // Whether an update is due at time `now`.
+  // Whether an update is due at time `now`; when it is, apply() must come
+  // before the next on_grad().
   bool ready(double now) const;
   // Seconds until a timeout fires (timeout mode with >= 1 accepted), else < 0.
   double time_to_deadline(double now) const;
@@ -134,6 +138,8 @@ class ShardCore {
   // the N smallest finish times (virtual), or the leader's set (follower).
   std::vector<int> choose_deferred() const;
   bool deferred() const { return m_virtual || m_follower; }
+  // Enough gradients for an update (N; one in async and ssp).
+  bool full() const;
   int expected_workers() const;
 
   config::Mode m_mode;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "common/seed.hpp"
 
 namespace syncopt::replica {
 
@@ -15,17 +16,9 @@ namespace {
 // Keeps the staleness draws apart from any other use of the same seed.
 constexpr std::uint64_t kStream = 0x57a1e'5eedULL;
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Uniform in [0, 1), 53 bits, from (seed, t).
 double uniform01(std::uint64_t seed, std::uint64_t t) {
-  const std::uint64_t h = splitmix64(splitmix64(seed ^ kStream) ^ t);
-  return static_cast<double>(h >> 11) * 0x1.0p-53;
+  return unit_interval(splitmix64(splitmix64(seed ^ kStream) ^ t));
 }
 
 bool is_integer(double x) { return std::floor(x) == x; }

@@ -18,19 +18,24 @@
 namespace syncopt::sim {
 
 std::int64_t nominal_train_count(const config::Config& cfg) {
-  std::int64_t count = 0;
-  if (cfg.data.name == "synthetic") {
-    count = cfg.data.synthetic_train;
-  } else if (cfg.data.name == "fashion-mnist") {
-    count = 60000;
-  } else if (cfg.data.name == "cifar10") {
-    count = 50000;
-  } else if (cfg.train.steps == 0) {
-    throw ConfigError("data.name = \"" + cfg.data.name +
-                      "\" with train.steps = 0: syncopt simulate does not read the data set, so "
-                      "it cannot count an epoch; set train.steps");
-  } else {
-    count = 1;  // unused: the run is counted in steps
+  std::int64_t count = 1;  // idx: unused, the run is counted in steps
+  switch (cfg.data.name) {
+    case config::DataSet::kSynthetic:
+      count = cfg.data.synthetic_train;
+      break;
+    case config::DataSet::kFashionMnist:
+      count = 60000;
+      break;
+    case config::DataSet::kCifar10:
+      count = 50000;
+      break;
+    case config::DataSet::kIdx:
+      if (cfg.train.steps == 0) {
+        throw ConfigError(
+            "data.name = \"idx\" with train.steps = 0: syncopt simulate does not "
+            "read the data set, so it cannot count an epoch; set train.steps");
+      }
+      break;
   }
   return cfg.data.limit_train > 0 ? std::min(count, cfg.data.limit_train) : count;
 }
@@ -44,26 +49,26 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
                       "\": syncopt simulate models the parameter-server modes (sync, async, "
                       "softsync, ssp, timeout)");
   }
+  if (t.has_backups && config::is_auto(cfg.train.backups)) {
+    throw ConfigError(
+        "train.backups = \"auto\": syncopt simulate models a fixed b only (adaptive b decides "
+        "from real arrival times); give a number, e.g. --set train.backups=1, or compare fixed "
+        "b values with syncopt plan");
+  }
   layout::Roles roles;
   roles.mode = mode;
   roles.shards = static_cast<int>(cfg.cluster.ps);
   roles.workers = static_cast<int>(cfg.sim.workers);
   roles.world = roles.shards + roles.workers;
   roles.first_worker = roles.shards;
-  roles.backups = t.has_backups ? static_cast<int>(cfg.train.backups) : 0;
-  if (t.has_backups && roles.backups >= roles.workers) {
-    throw ConfigError("train.backups = " + std::to_string(roles.backups) +
-                      " with sim.workers = " + std::to_string(roles.workers) +
-                      ": need backups < workers (N = workers - backups >= 1)");
-  }
-  roles.n = config::gradients_per_update(mode, roles.workers, roles.backups,
-                                         static_cast<int>(cfg.train.softsync_c));
+  roles.rule = config::update_rule(cfg, mode, roles.workers,
+                                   "sim.workers = " + std::to_string(roles.workers));
   const layout::Plan plan = layout::make_plan(cfg, roles, nominal_train_count(cfg));
 
   SimSetup st;
   st.mode = mode;
   st.workers = roles.workers;
-  st.n = roles.n;
+  st.n = roles.rule.n;
   const std::size_t count =
       cfg.sim.param_count > 0 ? static_cast<std::size_t>(cfg.sim.param_count) : param_count;
   for (const auto& slice : layout::shard_slices(count, roles.shards)) {
@@ -75,7 +80,7 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
   st.timeout_s = cfg.train.timeout_ms / 1000.0;
   st.poll_max_s = cfg.sim.poll_max_us * 1e-6;
   st.ssp_bound = cfg.train.ssp_bound;
-  st.lr = static_cast<float>(cfg.optim.lr * plan.lr_multiplier);
+  st.lr = static_cast<float>(cfg.optim.lr * roles.rule.lr_multiplier(roles.rule.n));
   st.network = network_params(cfg.sim.latency_us, cfg.sim.bandwidth_gbps);
   st.timing = timing;
   st.stragglers = stragglers;
@@ -97,7 +102,7 @@ nlohmann::json sim_block(const config::Config& cfg, const SimSetup& st, const Si
   } else {
     timing = {{"compute_ms", cfg.sim.compute_ms},
               {"compute_cv", cfg.sim.compute_cv},
-              {"compute_dist", cfg.sim.compute_dist},
+              {"compute_dist", config::to_string(cfg.sim.compute_dist)},
               {"overhead_ms", cfg.sim.overhead_ms},
               {"apply_ms", cfg.sim.apply_ms}};
   }
@@ -164,7 +169,7 @@ SimulateOutcome simulate_run(const config::Config& cfg, const SimulateOptions& o
   metrics::RunInfo info;
   info.mode = st.mode;
   info.n = st.n;
-  info.b = config::traits(st.mode).has_backups ? static_cast<int>(cfg.train.backups) : 0;
+  info.b = config::traits(st.mode).has_backups ? st.workers - st.n : 0;
   info.shards = static_cast<int>(st.slice_counts.size());
   info.workers = st.workers;
   info.batch = cfg.train.batch;

@@ -28,7 +28,7 @@ double uniform(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64
 
 }  // namespace
 
-double draw(const std::string& dist, double mean, double cv, std::uint64_t seed, std::uint64_t a,
+double draw(config::ComputeDist dist, double mean, double cv, std::uint64_t seed, std::uint64_t a,
             std::uint64_t b) {
   return worker::draw_time(dist, mean, cv, seed, a, b);
 }

@@ -60,7 +60,7 @@ struct TimingModel {
   // Given model (used when the fitted samples are empty).
   double compute_mean_s = 0.01;
   double compute_cv = 0.0;
-  std::string compute_dist = "lognormal";  // lognormal | gamma
+  config::ComputeDist compute_dist = config::ComputeDist::kLognormal;
   double overhead_s = 0.0;
   double apply_s = 0.0;
   // Fitted model (fit.hpp); each one, when present, replaces its given part.
@@ -86,7 +86,7 @@ TimingModel timing_from_config(const config::Config& cfg);
 
 // A lognormal or gamma draw with mean `mean` and coefficient of variation
 // `cv` from the hash stream (seed, a, b): exactly `mean` when cv = 0.
-double draw(const std::string& dist, double mean, double cv, std::uint64_t seed, std::uint64_t a,
+double draw(config::ComputeDist dist, double mean, double cv, std::uint64_t seed, std::uint64_t a,
             std::uint64_t b);
 
 }  // namespace syncopt::sim

@@ -64,8 +64,7 @@ AllreduceTrainer::AllreduceTrainer(const AllreduceSetup& st)
       m_batch(static_cast<int>(st.cfg->train.batch)),
       m_loader(*st.train, m_batch, st.cfg->run.seed, st.rank, st.roles->workers,
                st.cfg->data.augment, augment_options(*st.cfg)),
-      m_sched(
-          optim::schedule_options(st.cfg->optim, st.plan->total_epochs, st.plan->lr_multiplier)),
+      m_sched(optim::schedule_options(st.cfg->optim, st.plan->total_epochs)),
       m_timer(st.cfg->eval),
       m_all(static_cast<std::size_t>(m_workers)) {
   static_assert(sizeof(Report) == kReportDoubles * sizeof(double));
@@ -119,7 +118,8 @@ bool AllreduceTrainer::step(std::uint64_t k) {
   mine.ready_s = clock.now() - t_start;
   m_st.replica->reduce_gradient(*m_st.reducer);
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
-  const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch));
+  const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) *
+                                     m_st.roles->rule.lr_multiplier(m_st.roles->rule.n));
   // Every rank holds the same reduced gradient, so every rank decides alike.
   if (!m_st.replica->gradient_finite()) {
     m_diverged = "training diverged: the mean gradient of step " + std::to_string(k) +

@@ -227,14 +227,6 @@ void open_outputs(Job& job) {
   }
 }
 
-Outcome outcome_of(ExitCode code, const std::string& status, const std::string& detail) {
-  Outcome o;
-  o.exit_code = code;
-  o.status = status;
-  o.detail = detail;
-  return o;
-}
-
 RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   ps::ShardSetup st;
   st.cfg = &job.cfg;
@@ -279,7 +271,7 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   out.examples = r.examples;
   out.wall_s = job.clock.now();
   out.steps = r.steps;
-  out.outcome = outcome_of(r.code, r.status, r.detail);
+  out.outcome = Outcome::from_code(r.code, r.detail);
   out.lost_workers = r.lost_workers;
   out.dead_ranks = r.dead_ranks;
   return out;
@@ -373,7 +365,7 @@ RoleOutcome run_role(Job& job, bool quiet) {
   job.clock.restart(s0 != nullptr ? s0->get<double>("wall_s") : 0.0);
   metrics::Progress progress(static_cast<std::int64_t>(job.plan.total_steps),
                              job.cfg.run.progress_every_steps, quiet || job.rank != 0,
-                             metrics::parse_progress_output(job.cfg.run.progress));
+                             job.cfg.run.progress);
   RoleOutcome out;
   if (!job.ps_mode()) {
     out = run_allreduce_role(job, progress);
@@ -496,7 +488,7 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, d
     }
   }
   FinalEval fe;
-  if (outcome.status == "completed") {
+  if (outcome.status() == RunStatus::kCompleted) {
     const EvalPoint p =
         job.eval->run(job.plan.total_steps, out.examples, theta.data(), ema.data(), out.wall_s);
     fe = {true, p.theta, p.ema};
@@ -521,8 +513,8 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   job.steps->flush();
   metrics::RunInfo info;
   info.mode = job.roles.mode;
-  info.n = job.roles.n;
-  info.b = job.roles.backups;
+  info.n = job.roles.rule.n;
+  info.b = job.roles.rule.backups;
   info.shards = job.roles.shards;
   info.workers = job.roles.workers;
   info.batch = job.cfg.train.batch;

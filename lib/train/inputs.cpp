@@ -5,7 +5,7 @@ namespace syncopt::train {
 
 nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train) {
   nn::ModelSpec spec;
-  spec.name = cfg.model.name;
+  spec.name = config::to_string(cfg.model.name);
   spec.channels = train.channels;
   spec.height = train.height;
   spec.width = train.width;
@@ -18,11 +18,11 @@ nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train) 
 
 nn::ModelSpec expected_model_spec(const config::Config& cfg) {
   nn::ModelSpec spec;
-  spec.name = cfg.model.name;
+  spec.name = config::to_string(cfg.model.name);
   spec.weight_norm = cfg.model.weight_norm;
   spec.mlp_hidden = static_cast<int>(cfg.model.mlp_hidden);
   spec.layers = cfg.model.layers;
-  if (cfg.data.name == "cifar10") {
+  if (cfg.data.name == config::DataSet::kCifar10) {
     spec.channels = 3;
     spec.height = spec.width = 32;
   }

@@ -34,10 +34,18 @@ constexpr const char* kPart = "local";
 replica::StalenessOptions staleness_options(const config::Config& cfg) {
   replica::StalenessOptions o;
   o.mean = cfg.train.simulated_staleness;
-  const std::string& d = cfg.train.staleness_dist;
-  o.dist = d == "uniform" ? replica::StalenessDist::kUniform
-           : d == "fixed" ? replica::StalenessDist::kFixed
-                          : replica::StalenessDist::kGeometric;  // geometric | exponential
+  switch (cfg.train.staleness_dist) {
+    case config::StalenessDist::kFixed:
+      o.dist = replica::StalenessDist::kFixed;
+      break;
+    case config::StalenessDist::kUniform:
+      o.dist = replica::StalenessDist::kUniform;
+      break;
+    case config::StalenessDist::kGeometric:
+    case config::StalenessDist::kExponential:
+      o.dist = replica::StalenessDist::kGeometric;
+      break;
+  }
   o.max = cfg.train.staleness_max;
   o.seed = cfg.stragglers.seed != 0 ? cfg.stragglers.seed : cfg.run.seed;
   return o;
@@ -69,6 +77,7 @@ class LocalTrainer {
   std::unique_ptr<replica::Replica> m_replica;
   layout::Plan m_plan;
   optim::ScheduleOptions m_sched;
+  double m_lr_multiplier = 1.0;
   std::unique_ptr<data::BatchLoader> m_loader;
   // Simulated staleness (null when off): the draws and θ_{t-max} .. θ_t.
   std::unique_ptr<replica::StalenessModel> m_stale;
@@ -114,8 +123,10 @@ LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bo
   nn::init_params(m_spec, m_layout, init.data(), cfg.run.seed);
   m_replica = compute.make_replica(*m_net, init.data(), m_layout.count,
                                    {optim::optimizer_options(cfg.optim), cfg.optim.ema});
-  m_plan = layout::make_plan(cfg, layout::make_roles(cfg, 1), m_data.train.count);
-  m_sched = optim::schedule_options(cfg.optim, m_plan.total_epochs, m_plan.lr_multiplier);
+  const auto roles = layout::make_roles(cfg, 1);
+  m_plan = layout::make_plan(cfg, roles, m_data.train.count);
+  m_sched = optim::schedule_options(cfg.optim, m_plan.total_epochs);
+  m_lr_multiplier = roles.rule.lr_multiplier(roles.rule.n);
   m_loader = std::make_unique<data::BatchLoader>(m_data.train, m_batch, cfg.run.seed, 0, 1,
                                                  cfg.data.augment, augment_options(cfg));
   m_theta.resize(m_layout.count);
@@ -128,8 +139,8 @@ LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bo
     spdlog::info(
         "simulated staleness: {} with mean {} (at most {}), a history of {} parameter "
         "vectors ({:.1f} MB)",
-        cfg.train.staleness_dist, cfg.train.simulated_staleness, m_stale->max(), m_history->depth(),
-        static_cast<double>(m_history->nbytes()) / 1e6);
+        config::to_string(cfg.train.staleness_dist), cfg.train.simulated_staleness, m_stale->max(),
+        m_history->depth(), static_cast<double>(m_history->nbytes()) / 1e6);
   }
 }
 
@@ -181,9 +192,9 @@ std::uint64_t LocalTrainer::open_outputs() {
       "({:.2f} epochs)",
       m_spec.name, m_layout.count, m_backend->name(), m_cfg.compute.threads, m_batch,
       m_plan.total_steps, m_sched.total_epochs);
-  m_progress = std::make_unique<metrics::Progress>(
-      static_cast<std::int64_t>(m_plan.total_steps), m_cfg.run.progress_every_steps, m_quiet,
-      metrics::parse_progress_output(m_cfg.run.progress));
+  m_progress = std::make_unique<metrics::Progress>(static_cast<std::int64_t>(m_plan.total_steps),
+                                                   m_cfg.run.progress_every_steps, m_quiet,
+                                                   m_cfg.run.progress);
   m_clock.restart(wall_s);
   m_last_checkpoint_s = wall_s;
   return m_step + 1;
@@ -216,7 +227,7 @@ void LocalTrainer::step(std::uint64_t k) {
   const double t_start = m_clock.now();
   m_loader->next();
   const double epoch = static_cast<double>(m_examples) / m_plan.train_count;
-  const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch));
+  const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) * m_lr_multiplier);
   // The update turns version k-1 into k; with simulated staleness its
   // gradient is computed on θ_{k-1-s}.
   const std::uint64_t version = k - 1;
@@ -328,7 +339,7 @@ void LocalTrainer::restore(const checkpoint::State& s) {
 void LocalTrainer::finish(const Outcome& outcome) {
   m_replica->copy_theta(m_theta.data());
   m_replica->copy_ema(m_ema.data());
-  if (outcome.status == "completed") {
+  if (outcome.status() == RunStatus::kCompleted) {
     const EvalPoint p = m_eval->run(m_plan.total_steps, m_examples, m_theta.data(), m_ema.data());
     m_eval_s += p.eval_s;
     m_progress->note(m_eval->describe(p));
@@ -373,12 +384,12 @@ void LocalTrainer::write_summary(const Outcome& outcome) {
                           {"run_dir", m_result.run_dir.string()}};
   if (m_stale) {
     extra["simulated_staleness"] = {{"mean", m_cfg.train.simulated_staleness},
-                                    {"dist", m_cfg.train.staleness_dist},
+                                    {"dist", config::to_string(m_cfg.train.staleness_dist)},
                                     {"max", m_stale->max()},
                                     {"history_nbytes", m_history->nbytes()}};
   }
   extra.update(outcome.to_json());
-  if (outcome.status == "failed") {
+  if (outcome.status() == RunStatus::kFailed) {
     try {
       m_steps->flush();
       metrics::write_summary(m_result.run_dir, info, extra);

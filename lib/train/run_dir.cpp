@@ -90,7 +90,6 @@ std::filesystem::path open_run_dir(const config::Config& cfg) {
 
 Outcome Outcome::stopped(int signal, std::uint64_t step) {
   Outcome o;
-  o.status = "stopped";
   o.exit_code = ExitCode::kPreempted;
   o.detail = signal_name(signal) + " at step " + std::to_string(step);
   return o;
@@ -99,25 +98,22 @@ Outcome Outcome::stopped(int signal, std::uint64_t step) {
 Outcome Outcome::from_code(ExitCode code, const std::string& detail) {
   Outcome o;
   o.exit_code = code;
-  o.status = code == ExitCode::kOk          ? "completed"
-             : code == ExitCode::kPreempted ? "stopped"
-                                            : "failed";
   o.detail = detail;
   return o;
 }
 
 Outcome Outcome::failed(const Error& e) {
   Outcome o;
-  o.status = "failed";
   o.exit_code = e.code();
   o.detail = e.what();
   return o;
 }
 
 nlohmann::json Outcome::to_json() const {
-  nlohmann::json j = {{"status", status}, {"exit_code", static_cast<int>(exit_code)}};
-  if (status == "stopped") j["stopped"] = detail;
-  if (status == "failed") j["error"] = detail;
+  nlohmann::json j = {{"status", status_name(status())},
+                      {"exit_code", static_cast<int>(exit_code)}};
+  if (status() == RunStatus::kStopped) j["stopped"] = detail;
+  if (status() == RunStatus::kFailed) j["error"] = detail;
   return j;
 }
 

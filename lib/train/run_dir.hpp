@@ -23,12 +23,11 @@ std::filesystem::path open_run_dir(const config::Config& cfg);
 // How a run ended, as summary.json says it:
 //   completed (0) | stopped (75, by a signal) | failed (the error's code).
 struct Outcome {
-  std::string status = "completed";
   ExitCode exit_code = ExitCode::kOk;
   std::string detail;  // "SIGTERM at step 120", or the error message
 
+  RunStatus status() const { return status_of(exit_code); }
   static Outcome stopped(int signal, std::uint64_t step);
-  // The status that goes with an exit code told by another rank.
   static Outcome from_code(ExitCode code, const std::string& detail = "");
   static Outcome failed(const Error& e);
   // The summary.json fields: status, exit_code, and stopped or error.

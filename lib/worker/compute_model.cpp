@@ -51,19 +51,21 @@ double gamma_unit(double k, std::uint64_t seed, std::uint64_t a, std::uint64_t b
 
 }  // namespace
 
-double draw_time(const std::string& dist, double mean, double cv, std::uint64_t seed,
+double draw_time(config::ComputeDist dist, double mean, double cv, std::uint64_t seed,
                  std::uint64_t a, std::uint64_t b) {
   if (cv <= 0.0) return mean;
-  if (dist == "lognormal") {
-    // sigma^2 = ln(1 + cv^2), mu = ln(mean) - sigma^2 / 2: E = mean, sd = cv * mean.
-    const double s2 = std::log1p(cv * cv);
-    return std::exp(std::log(mean) - 0.5 * s2 + std::sqrt(s2) * normal(seed, a, b, kStreamCompute));
+  switch (dist) {
+    case config::ComputeDist::kLognormal: {
+      // sigma^2 = ln(1 + cv^2), mu = ln(mean) - sigma^2 / 2: E = mean, sd = cv * mean.
+      const double s2 = std::log1p(cv * cv);
+      return std::exp(std::log(mean) - 0.5 * s2 +
+                      std::sqrt(s2) * normal(seed, a, b, kStreamCompute));
+    }
+    case config::ComputeDist::kGamma:
+      // shape 1/cv^2, scale mean * cv^2: E = mean, sd = cv * mean.
+      return mean * cv * cv * gamma_unit(1.0 / (cv * cv), seed, a, b);
   }
-  if (dist == "gamma") {
-    // shape 1/cv^2, scale mean * cv^2: E = mean, sd = cv * mean.
-    return mean * cv * cv * gamma_unit(1.0 / (cv * cv), seed, a, b);
-  }
-  throw ConfigError("sim.compute_dist = \"" + dist + "\": must be lognormal or gamma");
+  return mean;
 }
 
 double modelled_compute_s(const config::SimConfig& sim, int worker, std::uint64_t seq) {

@@ -1,4 +1,4 @@
-// Seeded draws of compute times (DESIGN.md §10, "Clocks"): what a gradient
+// Seeded draws of compute times (docs/design.md, "Clocks"): what a gradient
 // costs in modelled time, for the virtual clock of real runs (a worker's
 // gradient gets a simulated finish time: this compute time plus its seeded
 // straggler delay) and for the simulator (sim/). A pure function of (seed,
@@ -15,8 +15,7 @@ namespace syncopt::worker {
 
 // A lognormal or gamma draw with mean `mean` and coefficient of variation
 // `cv` from the hash stream (seed, a, b): exactly `mean` when cv = 0.
-// ConfigError for another `dist`.
-double draw_time(const std::string& dist, double mean, double cv, std::uint64_t seed,
+double draw_time(config::ComputeDist dist, double mean, double cv, std::uint64_t seed,
                  std::uint64_t a, std::uint64_t b);
 
 // The modelled compute time (seconds) of worker `worker`'s gradient number

@@ -9,17 +9,11 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "common/seed.hpp"
 
 namespace syncopt::worker {
 
 namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 constexpr double kPi = 3.14159265358979323846;
 
@@ -31,12 +25,11 @@ double hash_uniform(std::uint64_t seed, std::uint64_t worker, std::uint64_t step
   h = splitmix64(h ^ worker);
   h = splitmix64(h ^ step);
   h = splitmix64(h ^ stream);
-  return static_cast<double>(h >> 11) * 0x1.0p-53;
+  return unit_interval(h);
 }
 
-StragglerModel::StragglerModel(const config::StragglerConfig& cfg)
-    : m_cfg(cfg), m_model(cfg.model) {
-  if (m_model != "trace") return;
+StragglerModel::StragglerModel(const config::StragglerConfig& cfg) : m_cfg(cfg) {
+  if (cfg.model != config::StragglerModel::kTrace) return;
   const std::string& path = cfg.trace;
   if (!std::filesystem::exists(path)) {
     throw MissingInputError("stragglers.trace = \"" + path +
@@ -103,39 +96,43 @@ bool StragglerModel::affects(int worker) const {
 }
 
 double StragglerModel::delay_s(int worker, std::uint64_t step, double compute_s) const {
-  if (m_model == "none" || !affects(worker)) return 0.0;
+  if (!affects(worker)) return 0.0;
   const auto w = static_cast<std::uint64_t>(worker);
   const double mean_s = m_cfg.mean_ms / 1000.0;
-  if (m_model == "fixed") return (m_cfg.factor - 1.0) * compute_s + mean_s;
-  if (m_model == "bernoulli") {
-    return hash_uniform(m_cfg.seed, w, step, 0) < m_cfg.prob ? (m_cfg.factor - 1.0) * compute_s
-                                                             : 0.0;
+  using M = config::StragglerModel;
+  switch (m_cfg.model) {
+    case M::kNone:
+      return 0.0;
+    case M::kFixed:
+      return (m_cfg.factor - 1.0) * compute_s + mean_s;
+    case M::kBernoulli:
+      return hash_uniform(m_cfg.seed, w, step, 0) < m_cfg.prob ? (m_cfg.factor - 1.0) * compute_s
+                                                               : 0.0;
+    case M::kExponential:
+      return -mean_s * std::log1p(-hash_uniform(m_cfg.seed, w, step, 1));
+    case M::kLognormal: {
+      // Box-Muller normal; mu chosen so that E[delay] = mean: mu = ln(mean) - sigma^2 / 2.
+      const double u1 = std::max(hash_uniform(m_cfg.seed, w, step, 2), 1e-300);
+      const double u2 = hash_uniform(m_cfg.seed, w, step, 3);
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * kPi * u2);
+      if (mean_s <= 0.0) return 0.0;
+      const double mu = std::log(mean_s) - 0.5 * m_cfg.sigma * m_cfg.sigma;
+      return std::exp(mu + m_cfg.sigma * z);
+    }
+    case M::kPareto: {
+      // Scale x_m so that E = alpha x_m / (alpha - 1) = mean.
+      const double xm = mean_s * (m_cfg.alpha - 1.0) / m_cfg.alpha;
+      const double u = hash_uniform(m_cfg.seed, w, step, 4);
+      return xm / std::pow(1.0 - u, 1.0 / m_cfg.alpha);
+    }
+    case M::kTrace: {
+      const auto it = m_trace.find(worker);
+      if (it == m_trace.end() || it->second.empty()) return 0.0;
+      const double arrival = it->second[step % it->second.size()];
+      return std::max(0.0, arrival - compute_s);
+    }
   }
-  if (m_model == "exponential") {
-    return -mean_s * std::log1p(-hash_uniform(m_cfg.seed, w, step, 1));
-  }
-  if (m_model == "lognormal") {
-    // Box-Muller normal; mu chosen so that E[delay] = mean: mu = ln(mean) - sigma^2 / 2.
-    const double u1 = std::max(hash_uniform(m_cfg.seed, w, step, 2), 1e-300);
-    const double u2 = hash_uniform(m_cfg.seed, w, step, 3);
-    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * kPi * u2);
-    if (mean_s <= 0.0) return 0.0;
-    const double mu = std::log(mean_s) - 0.5 * m_cfg.sigma * m_cfg.sigma;
-    return std::exp(mu + m_cfg.sigma * z);
-  }
-  if (m_model == "pareto") {
-    // Scale x_m so that E = alpha x_m / (alpha - 1) = mean.
-    const double xm = mean_s * (m_cfg.alpha - 1.0) / m_cfg.alpha;
-    const double u = hash_uniform(m_cfg.seed, w, step, 4);
-    return xm / std::pow(1.0 - u, 1.0 / m_cfg.alpha);
-  }
-  if (m_model == "trace") {
-    const auto it = m_trace.find(worker);
-    if (it == m_trace.end() || it->second.empty()) return 0.0;
-    const double arrival = it->second[step % it->second.size()];
-    return std::max(0.0, arrival - compute_s);
-  }
-  throw ConfigError("stragglers.model = \"" + m_model + "\": unknown model");
+  return 0.0;
 }
 
 }  // namespace syncopt::worker

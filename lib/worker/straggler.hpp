@@ -33,12 +33,11 @@ class StragglerModel {
   // and 0 for workers not in stragglers.workers (empty list = all).
   double delay_s(int worker, std::uint64_t step, double compute_s) const;
 
-  bool active() const { return m_model != "none"; }
+  bool active() const { return m_cfg.model != config::StragglerModel::kNone; }
 
  private:
   bool affects(int worker) const;
   config::StragglerConfig m_cfg;
-  std::string m_model;
   std::map<int, std::vector<double>> m_trace;  // worker -> arrival times (s)
 };
 

@@ -39,7 +39,7 @@ Worker::Worker(const WorkerSetup& st)
       m_version(static_cast<std::size_t>(m_shards), 0),
       m_stopped(static_cast<std::size_t>(m_shards), 0),
       m_sends(st.data_comm),
-      m_virtual(st.cfg->train.clock == "virtual") {
+      m_virtual(st.cfg->train.clock == config::Clock::kVirtual) {
   std::vector<int> shards;
   for (int s = 0; s < m_shards; ++s) {
     const auto count = st.slices[static_cast<std::size_t>(s)].count;

@@ -21,7 +21,7 @@ LAYERS = {
     "nn": {"common"},
     # the config holds a model's layer list (nn/layer.hpp); nn never reads the config.
     "config": {"common", "nn"},
-    "data": {"common", "checkpoint"},
+    "data": {"common", "config", "checkpoint"},
     "optim": {"common", "config", "checkpoint"},
     "metrics": {"common", "config"},
     "layout": {"common", "config"},

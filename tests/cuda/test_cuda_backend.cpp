@@ -22,6 +22,7 @@
 #include "syncopt_cuda/api.hpp"
 #include "syncopt_cuda/kernels.hpp"
 #include "syncopt_cuda/memory.hpp"
+#include "syncopt_cuda/sync.hpp"
 
 namespace nn = syncopt::nn;
 namespace cu = syncopt::cuda;
@@ -59,10 +60,15 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   return rel_err(a.data(), b.data(), 0, a.size());
 }
 
+// A plain cudaMemcpy from pageable memory may return before its DMA has
+// landed, and it is ordered only with the legacy default stream: a reader on
+// one of the backend's non-blocking streams could see the old contents. The
+// device-wide sync makes the copy complete before anyone reads it.
 template <class T>
 cu::DeviceBuffer<T> to_device(const std::vector<T>& h) {
   cu::DeviceBuffer<T> d(h.size());
   SYNCOPT_CHECK_CUDA(cudaMemcpy(d.get(), h.data(), d.nbytes(), cudaMemcpyHostToDevice));
+  SYNCOPT_CHECK_CUDA(cudaDeviceSynchronize());
   return d;
 }
 template <class T>
@@ -208,7 +214,7 @@ TEST_CASE("cuda kernels: SGD, RMSProp and EMA equal syncopt::optim bit for bit",
   for (const char* name : {"sgd", "rmsprop"}) {
     DYNAMIC_SECTION(name) {
       optim::OptimizerOptions opt;
-      opt.name = name;
+      opt.name = *syncopt::config::enum_from_name<syncopt::config::OptimizerName>(name);
       opt.momentum = 0.9;
       opt.rms_decay = 0.9;
       opt.eps = 1e-8;
@@ -225,7 +231,7 @@ TEST_CASE("cuda kernels: SGD, RMSProp and EMA equal syncopt::optim bit for bit",
         cpu.step(p_cpu.data(), grad.data(), lr);
         auto d_g = to_device(grad);
         const auto mu = static_cast<float>(opt.momentum), wd = static_cast<float>(opt.weight_decay);
-        if (opt.name == "sgd") {
+        if (opt.name == syncopt::config::OptimizerName::kSgd) {
           cu::sgd_step(d_p.get(), d_g.get(), d_mom.get(), n, lr, mu, wd, nullptr);
         } else {
           cu::rmsprop_step(d_p.get(), d_g.get(), d_ms.get(), d_mom.get(), n, lr,
@@ -441,9 +447,11 @@ TEST_CASE("cuda backend: the pipelined host path equals the device path bit for 
     const float l_host =
         net->train_step(params.data(), images.data(), labels.data(), batch, g_host.data());
     cu::DeviceBuffer<float> d_grad(layout.count);
-    const float l_dev =
-        dnet->train_step_device(d_params.get(), images.data(), labels.data(), batch, d_grad.get());
+    bool finite = false;
+    const float l_dev = dnet->train_step_device(d_params.get(), images.data(), labels.data(), batch,
+                                                d_grad.get(), &finite);
     CHECK(l_host == l_dev);
+    CHECK(finite);
     CHECK(to_host(d_grad) == g_host);
     // Again with other parameters through the host path: nothing stale.
     std::vector<float> p2 = params;
@@ -458,4 +466,36 @@ TEST_CASE("cuda backend: the pipelined host path equals the device path bit for 
     net->predict(params.data(), images.data(), batch, z2.data());
     CHECK(z1 == z2);
   }
+}
+
+TEST_CASE("cuda backend: the device step reads a non-finite gradient back with the loss",
+          "[cuda][model]") {
+  // One wait per step: train_step_device's loss read-back also says whether
+  // the gradient it wrote is finite. A NaN in one weight makes it non-finite;
+  // the next healthy step clears the flag (it is per step, not sticky).
+  auto gpu = gpu_backend();
+  nn::ModelSpec spec;
+  spec.name = "mlp";
+  const nn::ParamLayout layout = nn::param_layout(spec);
+  auto net = gpu->make_network(spec, 8);
+  auto* dnet = dynamic_cast<cu::DeviceNetwork*>(net.get());
+  REQUIRE(dnet != nullptr);
+  std::vector<float> params(layout.count);
+  nn::init_params(spec, layout, params.data(), 81);
+  const auto images = normal_floats(std::size_t{28 * 28} * 8, 82);
+  const auto labels = labels_for(8, spec.classes, 83);
+  cu::DeviceBuffer<float> d_grad(layout.count);
+  auto step = [&](const std::vector<float>& p) {
+    auto d_p = to_device(p);
+    bool finite = true;
+    const std::uint64_t waits = cu::host_wait_count();
+    dnet->train_step_device(d_p.get(), images.data(), labels.data(), 8, d_grad.get(), &finite);
+    CHECK(cu::host_wait_count() - waits == 1);
+    return finite;
+  };
+  CHECK(step(params));
+  std::vector<float> bad = params;
+  bad[layout.find("fc1.v").offset + 5] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_FALSE(step(bad));
+  CHECK(step(params));
 }

@@ -1,7 +1,9 @@
 // The decisions of cuda/ that need no GPU, run everywhere (label unit): how
 // a cudaGetDeviceCount result is read (no driver / no device = none; a
-// driver too old = an error, never "no device"), and when NCCL can serve
-// the ranks of a node (distinct GPU UUIDs, never device counts vs ranks).
+// driver too old = an error, never "no device"), when NCCL can serve the
+// ranks of a node (distinct GPU UUIDs, never device counts vs ranks), and
+// how the bias-gradient reduction is cut into blocks (enough of them to
+// fill an H200, within the scratch the network allocates).
 #define CATCH_CONFIG_MAIN
 #include <cuda_runtime_api.h>
 
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "syncopt_cuda/api.hpp"
+#include "syncopt_cuda/kernels.hpp"
 
 namespace cu = syncopt::cuda;
 using Status = cu::DeviceProbe::Status;
@@ -69,4 +72,38 @@ TEST_CASE("nccl_node_problem: distinct UUIDs per rank, whatever the device numbe
   two[3].uuid = two[1].uuid;
   CHECK(cu::nccl_node_problem(two).find("ranks 1, 3") != std::string::npos);
   CHECK(cu::nccl_node_problem({}).empty());
+}
+
+TEST_CASE("bias_backward_shape: the reduction fills the GPU and fits its scratch",
+          "[cuda][logic]") {
+  struct Shape {
+    int n, c, hw;
+  };
+  // The reference CNN's layers (conv1 32 x 28 x 28, conv2 64 x 14 x 14, fc1
+  // 256, fc2 10) at the benchmark's batches, and odd sizes.
+  for (const int n : {1, 2, 32, 33, 128, 512, 1000, 1024, 4096}) {
+    for (const Shape sh : {Shape{n, 32, 784}, Shape{n, 64, 196}, Shape{n, 256, 1}, Shape{n, 10, 1},
+                           Shape{n, 1, 1}, Shape{n, 3, 333}}) {
+      INFO("n " << sh.n << " c " << sh.c << " hw " << sh.hw);
+      const cu::BiasBackwardShape b = cu::bias_backward_shape(sh.n, sh.c, sh.hw);
+      // The chunks tile the batch: none empty, none missing.
+      CHECK(b.chunks >= 1);
+      CHECK(static_cast<long long>(b.chunks) * b.per_chunk >= sh.n);
+      CHECK(static_cast<long long>(b.chunks - 1) * b.per_chunk < sh.n);
+      // The scratch sized for the network's largest batch holds every chunk.
+      CHECK(cu::bias_backward_scratch(4096, sh.c, sh.hw) >=
+            static_cast<std::size_t>(b.chunks) * static_cast<std::size_t>(sh.c));
+      CHECK(cu::bias_backward_scratch(sh.n, sh.c, sh.hw) >=
+            static_cast<std::size_t>(b.chunks) * static_cast<std::size_t>(sh.c));
+    }
+  }
+  // fc1's bias gradient at batch 512 and 1024 spreads over at least as many
+  // blocks as an H200 has multiprocessors (132); one thread per channel
+  // walking the batch was a single block.
+  for (const int n : {512, 1024, 4096}) {
+    INFO("fc1 at batch " << n);
+    CHECK(cu::bias_backward_shape(n, 256, 1).blocks >= 132);
+  }
+  CHECK(cu::bias_backward_shape(1024, 32, 784).blocks >= 132);  // conv1
+  CHECK(cu::bias_backward_shape(0, 256, 1).blocks == 0);
 }

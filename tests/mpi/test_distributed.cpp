@@ -175,7 +175,8 @@ TEST_CASE("with several shards every sync step applies the same N workers on eve
 TEST_CASE("sync with b = 0, allreduce and local with batch N*B give the same parameters",
           "[mpi][equivalence]") {
   const auto dir = temp_dir("equiv");
-  const std::string common = " --set train.steps=10";
+  // Under a schedule, so that an lr taken one update early or late shows.
+  const std::string common = " --set train.steps=10 --set optim.schedule=linear_anneal";
   const Result sync =
       run_mpi(4, job(dir, "sync", "--set train.mode=sync --set train.backups=0" + common));
   INFO(sync.output);
@@ -196,6 +197,18 @@ TEST_CASE("sync with b = 0, allreduce and local with batch N*B give the same par
   REQUIRE(!p_sync.empty());
   CHECK(max_abs_diff(p_sync, p_ar) < 1e-5);
   CHECK(max_abs_diff(p_sync, p_local) < 1e-5);
+  // The same lr at every step: the shard's, allreduce's and the local
+  // loop's schedules count the same examples before each update.
+  const auto lrs = [&](const std::string& name) {
+    std::vector<double> out;
+    for (const auto& rec : read_jsonl(dir / name / "steps.jsonl")) out.push_back(rec["lr"]);
+    return out;
+  };
+  const auto lr_local = lrs("local");
+  REQUIRE(lr_local.size() == 10);
+  CHECK(lr_local.front() > lr_local.back());  // the schedule is not constant
+  CHECK(lrs("sync") == lr_local);
+  CHECK(lrs("allreduce") == lr_local);
   // And training moved them: the comparison is not between initial values.
   const Result zero =
       run("train " + src("configs/smoke.toml") + " --quiet --set run.dir=" + dir.string() +

@@ -203,4 +203,90 @@ TEST_CASE("sync accepts exactly N fresh gradients -- a late worker is dropped at
   CHECK(agreed(ok));
 }
 
+TEST_CASE("N + 1 fresh gradients taken in one pass: the first N close the step, the last is late",
+          "[mpi][sync][exact]") {
+  // Every worker sends its gradient of version 0 before the shard exists:
+  // the messages wait at rank 0 and all complete at the shard's first test,
+  // so the shard takes K = N + 1 fresh gradients together. The first-N
+  // cutoff (ShardCore::ready(), then apply before the next gradient) must
+  // take N of them and record the last as late, through the real loop.
+  int rank = 0, world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  REQUIRE(world == 5);
+  config::Config cfg;
+  cfg.train.mode = config::Mode::kSync;
+  cfg.train.backups = std::int64_t{1};  // K = 4, N = 3
+  cfg.train.steps = 3;
+  cfg.optim.momentum = 0.0;
+  cfg.optim.lr = 1.0;
+  cfg.optim.ema = 0.0;
+  const layout::Roles roles = layout::make_roles(cfg, world);
+  const layout::Plan plan = layout::make_plan(cfg, roles, 1000);
+  comm::Communicator data, ctrl, side, live;
+  const auto peers = comm::gather_peers(MPI_COMM_WORLD);
+  const auto run_dir = scratch_dir();
+  bool ok = true;
+  std::string why;
+  ScriptedWorker w{rank, rank - 1, data.get()};
+  if (rank != 0) w.send(Kind::kGrad, 0);  // small: delivered eagerly, waits at rank 0
+  SYNCOPT_CHECK_MPI(MPI_Barrier(side.get()));
+  if (rank == 0) {
+    const std::vector<float> init(kCount, 0.0f);
+    const RunClock clock;
+    auto log = metrics::StepLog::in_memory();
+    ps::ShardSetup st;
+    st.cfg = &cfg;
+    st.roles = &roles;
+    st.plan = &plan;
+    st.slice = {0, kCount};
+    st.initial = init.data();
+    st.data_comm = data.get();
+    st.ctrl_comm = ctrl.get();
+    st.live_comm = live.get();
+    st.peers = &peers;
+    st.run_dir = run_dir;
+    st.clock = &clock;
+    st.steps_log = &log;
+    ps::Shard shard(st);
+    const ps::ShardResult r = shard.run();
+    std::istringstream lines(log.buffered());
+    std::string first;
+    std::getline(lines, first);
+    const auto rec = metrics::step_from_json(nlohmann::json::parse(first), "record");
+    // Worker w pushes w + 1: the update moves theta by minus the mean of the
+    // three accepted ones (the other later steps are not looked at here).
+    std::set<int> accepted;
+    for (const auto& g : rec.grads) {
+      if (g.accepted) accepted.insert(g.worker);
+    }
+    ok = rec.version == 0 && rec.used == 3 && accepted.size() == 3;
+    int late = -1;
+    for (int k = 0; k < 4; ++k) {
+      if (accepted.count(k) == 0) late = k;
+    }
+    // The late one is recorded as dropped, with version 0, in step 0 or 1.
+    std::int64_t late_drops = 0;
+    for (std::string line = first; !line.empty(); line.clear(), std::getline(lines, line)) {
+      for (const auto& g : metrics::step_from_json(nlohmann::json::parse(line), "record").grads) {
+        if (g.worker == late && g.version == 0 && !g.accepted) ++late_drops;
+      }
+    }
+    ok = ok && late_drops == 1 && r.steps == 3;
+    if (!ok)
+      why = "step 0: " + first +
+            "; drops of the late worker's version 0: " + std::to_string(late_drops);
+  } else {
+    // Then an ordinary worker: the answer, a gradient per version, STOP.
+    bool more = w.receive();
+    while (more) {
+      w.send(Kind::kGrad, w.version);
+      more = w.receive();
+    }
+    w.send(Kind::kCtrl, 0);
+  }
+  INFO(why);
+  CHECK(agreed(ok));
+}
+
 int main(int argc, char** argv) { return run_catch_under_mpi(argc, argv); }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "config/config.hpp"
 #include "metrics/records.hpp"
 
 namespace m = syncopt::metrics;
@@ -22,11 +23,13 @@ m::TerminalFacts facts(bool tty, std::string parent, std::string parent_stderr) 
 
 }  // namespace
 
-TEST_CASE("run.progress names parse -- others are config errors", "[progress]") {
-  CHECK(m::parse_progress_output("auto") == m::ProgressOutput::kAuto);
-  CHECK(m::parse_progress_output("live") == m::ProgressOutput::kLive);
-  CHECK(m::parse_progress_output("lines") == m::ProgressOutput::kLines);
-  CHECK_THROWS_AS(m::parse_progress_output("tty"), syncopt::ConfigError);
+TEST_CASE("run.progress names parse at the key table -- others are config errors", "[progress]") {
+  using syncopt::config::parse;
+  CHECK(parse("[run]\nprogress = \"auto\"\n", "p.toml", {}).run.progress ==
+        m::ProgressOutput::kAuto);
+  CHECK(parse("", "p.toml", {"run.progress=live"}).run.progress == m::ProgressOutput::kLive);
+  CHECK(parse("", "p.toml", {"run.progress=lines"}).run.progress == m::ProgressOutput::kLines);
+  CHECK_THROWS_AS(parse("", "p.toml", {"run.progress=tty"}), syncopt::ConfigError);
 }
 
 TEST_CASE("auto: live on a terminal, including mpirun's, lines elsewhere", "[progress]") {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm/protocol.hpp"
+#include "common/error.hpp"
 #include "common/finite.hpp"
 #include "layout/roles.hpp"
 #include "ps/adaptive.hpp"
@@ -25,8 +26,9 @@ TEST_CASE("sync applies the mean of exactly the first N fresh gradients", "[ps]"
   CHECK_FALSE(core.on_grad(2, 0, g2, 0.5f, 0.0, 0.15));
   CHECK(core.on_grad(0, 0, g0, 1.5f, 0.0, 0.2));
   CHECK(core.ready(0.2));
-  // A third fresh one after N: dropped.
-  CHECK_FALSE(core.on_grad(1, 0, g1, 9.0f, 0.0, 0.25));
+  // The N-th made the update due: handing over another before apply() is a
+  // bug of the loop, refused (the first-N cutoff has one decision point).
+  CHECK_THROWS_AS(core.on_grad(1, 0, g1, 9.0f, 0.0, 0.25), syncopt::InternalError);
   std::vector<float> mean(3);
   const auto rec = core.apply(mean.data(), 0.3);
   CHECK(mean == std::vector<float>{50.5f, 101.0f, 151.5f});  // (g0 + g2) / 2, not g1
@@ -34,22 +36,24 @@ TEST_CASE("sync applies the mean of exactly the first N fresh gradients", "[ps]"
   CHECK(rec.loss == Approx(1.0));
   CHECK(rec.version == 0);
   CHECK(core.version() == 1);
-  REQUIRE(rec.grads.size() == 4);
+  REQUIRE(rec.grads.size() == 3);
   CHECK(rec.grads[0].accepted);
   CHECK_FALSE(rec.grads[1].accepted);
   CHECK(rec.grads[2].accepted);
-  CHECK_FALSE(rec.grads[3].accepted);
   CHECK(rec.grads[0].arrival_s == Approx(0.1));
-  CHECK(core.drops() == std::vector<std::int64_t>{0, 1, 1, 0});
+  CHECK(core.drops() == std::vector<std::int64_t>{0, 0, 1, 0});
 
-  // Step 1: a gradient computed on version 0 is stale now and dropped.
+  // Step 1: the third fresh gradient of version 0, handed over after the
+  // update, is late now and dropped; so is any other of version 0.
+  CHECK_FALSE(core.on_grad(1, 0, g1, 9.0f, 0.0, 0.32));
   CHECK_FALSE(core.on_grad(3, 0, g1, 0.0f, 0.0, 0.35));
   CHECK(core.on_grad(3, 1, g1, 0.0f, 0.0, 0.4));
   CHECK(core.on_grad(1, 1, g0, 0.0f, 0.0, 0.45));
   const auto rec1 = core.apply(mean.data(), 0.5);
   CHECK(mean == std::vector<float>{5.5f, 11.0f, 16.5f});
-  CHECK(rec1.grads[0].staleness == 1);
-  CHECK(rec1.grads[0].arrival_s == Approx(0.05));  // relative to the step's start (0.3)
+  CHECK(rec1.grads[1].staleness == 1);
+  CHECK(rec1.grads[1].arrival_s == Approx(0.05));  // relative to the step's start (0.3)
+  CHECK(core.drops() == std::vector<std::int64_t>{0, 1, 1, 1});
 }
 
 TEST_CASE("the sync mean does not depend on arrival order", "[ps]") {
@@ -200,25 +204,39 @@ TEST_CASE("sync answers a pull once the shard is past the version read", "[ps][s
   CHECK(async_core.may_answer(0, 5));
 }
 
-TEST_CASE("the plan scales lr by N, the gradients per update, not by K", "[ps][plan]") {
+TEST_CASE("the update rule scales lr by N, the gradients per update, not by K", "[ps][plan]") {
   config::Config cfg;
   cfg.optim.scale_lr_by_n = true;
   cfg.train.steps = 10;
   cfg.cluster.ps = 1;
   cfg.train.mode = Mode::kSync;
-  cfg.train.backups = 1;
-  auto roles = layout::make_roles(cfg, 6);  // 1 PS + 5 workers, N = 4
-  CHECK(roles.n == 4);
-  CHECK(layout::make_plan(cfg, roles, 100).lr_multiplier == 4.0);
+  cfg.train.backups = std::int64_t{1};
+  const auto multiplier = [&] {
+    const auto rule = layout::make_roles(cfg, 6).rule;  // 1 PS + 5 workers
+    return rule.lr_multiplier(rule.n);
+  };
+  auto roles = layout::make_roles(cfg, 6);  // N = 4
+  CHECK(roles.rule.n == 4);
+  CHECK(multiplier() == 4.0);
+  // A timeout update that fired with fewer keeps the configured N's lr.
+  CHECK(roles.rule.lr_multiplier(2) == 4.0);
   cfg.train.mode = Mode::kAsync;
-  CHECK(layout::make_plan(cfg, layout::make_roles(cfg, 6), 100).lr_multiplier == 1.0);
+  CHECK(multiplier() == 1.0);
   cfg.train.mode = Mode::kSoftsync;
   cfg.train.softsync_c = 3;
-  CHECK(layout::make_plan(cfg, layout::make_roles(cfg, 6), 100).lr_multiplier == 3.0);
+  CHECK(multiplier() == 3.0);
   cfg.train.mode = Mode::kAllreduce;
-  CHECK(layout::make_plan(cfg, layout::make_roles(cfg, 6), 100).lr_multiplier == 6.0);
+  CHECK(multiplier() == 6.0);
   cfg.optim.scale_lr_by_n = false;
-  CHECK(layout::make_plan(cfg, layout::make_roles(cfg, 6), 100).lr_multiplier == 1.0);
+  CHECK(multiplier() == 1.0);
+  // Adaptive b: the lr follows the N chosen for each update.
+  cfg.optim.scale_lr_by_n = true;
+  cfg.train.mode = Mode::kSync;
+  cfg.train.backups = config::AutoCount{};
+  roles = layout::make_roles(cfg, 6);
+  CHECK(roles.rule.adaptive);
+  CHECK(roles.rule.n == 4);  // starts with b = 1
+  CHECK(roles.rule.lr_multiplier(3) == 3.0);
 }
 
 TEST_CASE("adaptive N converges to the best N of a synthetic arrival model", "[ps][adaptive]") {

@@ -74,7 +74,7 @@ TEST_CASE(
   const double tau = 0.005, L = 0.001, a = 0.002, h = 64e-6;
   const std::vector<double> c = {0.010, 0.020, 0.030, 0.040};
   syncopt::config::StragglerConfig sc;
-  sc.model = "fixed";
+  sc.model = syncopt::config::StragglerModel::kFixed;
   sc.workers = {1};
   sc.mean_ms = 100.0;
   const syncopt::worker::StragglerModel stragglers(sc);
@@ -120,7 +120,7 @@ TEST_CASE("sync, b = 1: the straggler is dropped every time, with the staleness 
   // two of its gradients being taken.
   const double L = 0.001, a = 0.002;
   syncopt::config::StragglerConfig sc;
-  sc.model = "fixed";
+  sc.model = syncopt::config::StragglerModel::kFixed;
   sc.workers = {3};
   sc.mean_ms = 100.0;
   const syncopt::worker::StragglerModel stragglers(sc);
@@ -176,7 +176,7 @@ TEST_CASE("timeout: an update is applied timeout_s after the first fresh gradien
   // K = N = 2, timeout 5 ms, worker 1 +100 ms: worker 0's gradient arrives
   // 10 ms after each step starts and the step ends 5 ms later, alone.
   syncopt::config::StragglerConfig sc;
-  sc.model = "fixed";
+  sc.model = syncopt::config::StragglerModel::kFixed;
   sc.workers = {1};
   sc.mean_ms = 100.0;
   const syncopt::worker::StragglerModel stragglers(sc);
@@ -202,7 +202,7 @@ TEST_CASE("stragglers: gradient s of worker w waits the model's delay_s(w, s, c)
   // Async, two workers, no network, no apply time: worker w's gradient s
   // arrives at sum over i <= s of (c_w + delay_s(w, i, c_w)).
   syncopt::config::StragglerConfig sc;
-  sc.model = "exponential";
+  sc.model = syncopt::config::StragglerModel::kExponential;
   sc.mean_ms = 7.0;
   sc.seed = 9;
   const syncopt::worker::StragglerModel stragglers(sc);
@@ -231,7 +231,7 @@ TEST_CASE("stragglers: gradient s of worker w waits the model's delay_s(w, s, c)
 
 TEST_CASE("ssp: no worker gets more than ssp_bound + 1 gradients ahead of the slowest", "[sim]") {
   syncopt::config::StragglerConfig sc;
-  sc.model = "fixed";
+  sc.model = syncopt::config::StragglerModel::kFixed;
   sc.workers = {2};
   sc.mean_ms = 30.0;
   const syncopt::worker::StragglerModel stragglers(sc);
@@ -260,7 +260,7 @@ TEST_CASE("ssp: no worker gets more than ssp_bound + 1 gradients ahead of the sl
 
 TEST_CASE("the same seed gives the same records, another seed other ones", "[sim]") {
   syncopt::config::StragglerConfig sc;
-  sc.model = "exponential";
+  sc.model = syncopt::config::StragglerModel::kExponential;
   sc.mean_ms = 5.0;
   sc.seed = 3;
   const syncopt::worker::StragglerModel stragglers(sc);
@@ -295,7 +295,8 @@ TEST_CASE("the same seed gives the same records, another seed other ones", "[sim
 }
 
 TEST_CASE("compute draws have the mean and spread asked for", "[sim]") {
-  for (const std::string dist : {"lognormal", "gamma"}) {
+  for (const auto dist :
+       {syncopt::config::ComputeDist::kLognormal, syncopt::config::ComputeDist::kGamma}) {
     double sum = 0.0, sum2 = 0.0;
     const int n = 200000;
     for (int i = 0; i < n; ++i) {
@@ -308,7 +309,7 @@ TEST_CASE("compute draws have the mean and spread asked for", "[sim]") {
     CHECK(mean == Approx(2.0).epsilon(0.01));
     CHECK(sd / mean == Approx(0.5).epsilon(0.03));
   }
-  CHECK(sim::draw("gamma", 3.0, 0.0, 1, 2, 3) == 3.0);
+  CHECK(sim::draw(syncopt::config::ComputeDist::kGamma, 3.0, 0.0, 1, 2, 3) == 3.0);
 }
 
 TEST_CASE("network: a link carries one message at a time", "[sim]") {

@@ -30,7 +30,7 @@ TEST_CASE("no stragglers means no delay", "[straggler]") {
 
 TEST_CASE("bernoulli slows a share prob of steps by factor, reproducibly", "[straggler]") {
   StragglerConfig c;
-  c.model = "bernoulli";
+  c.model = syncopt::config::StragglerModel::kBernoulli;
   c.prob = 0.2;
   c.factor = 4.0;
   c.seed = 11;
@@ -56,7 +56,7 @@ TEST_CASE("bernoulli slows a share prob of steps by factor, reproducibly", "[str
 
 TEST_CASE("only the listed workers straggle", "[straggler]") {
   StragglerConfig c;
-  c.model = "fixed";
+  c.model = syncopt::config::StragglerModel::kFixed;
   c.factor = 3.0;
   c.mean_ms = 5.0;
   c.workers = {2};
@@ -68,7 +68,7 @@ TEST_CASE("only the listed workers straggle", "[straggler]") {
 TEST_CASE("exponential, lognormal and pareto delays have the configured mean", "[straggler]") {
   for (const char* model : {"exponential", "lognormal", "pareto"}) {
     StragglerConfig c;
-    c.model = model;
+    c.model = *syncopt::config::enum_from_name<syncopt::config::StragglerModel>(model);
     c.mean_ms = 20.0;
     c.sigma = 0.5;
     c.alpha = 3.0;
@@ -87,7 +87,7 @@ TEST_CASE("trace replays recorded arrivals from a CSV or a steps.jsonl", "[strag
     csv << "worker,arrival_s\n0,0.5\n0,0.1\n1,0.05\n";
   }
   StragglerConfig c;
-  c.model = "trace";
+  c.model = syncopt::config::StragglerModel::kTrace;
   c.trace = (dir / "t.csv").string();
   const StragglerModel m(c);
   CHECK(m.delay_s(0, 0, 0.2) == Approx(0.3));

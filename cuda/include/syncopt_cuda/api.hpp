@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -125,18 +126,24 @@ class DeviceNetwork : public nn::Network {
   // d_params, d_grad [layout.count] in device memory of device(); images
   // [batch, C, H, W] and labels [batch] on the host. Enqueued on stream()
   // after the work already there; returns the mean loss, once d_grad holds
-  // the gradient (overwritten).
+  // the gradient (overwritten). grad_finite non-null: also whether every
+  // element of d_grad is finite, found on the device and read back with the
+  // loss (the step's one host wait).
   virtual float train_step_device(const float* d_params, const float* images,
-                                  const std::int32_t* labels, int batch, float* d_grad) = 0;
+                                  const std::int32_t* labels, int batch, float* d_grad,
+                                  bool* grad_finite) = 0;
 };
 
 // The device replica of a rank that trains the whole model (local and
 // allreduce modes): θ, the gradient, the optimiser state and the EMA live in
 // device memory; compute_gradient() uses the network's device entry point,
 // reduce_gradient() averages in place through a DeviceReducer (NCCL) or,
-// with any other reducer, copies out and back; gradient_finite() is a device
-// reduction returning one flag; copy_theta / copy_ema / state() copy to the
-// host, restore() uploads. The optimiser and EMA kernels compute optim/'s
+// with any other reducer, copies out and back; gradient_finite() answers
+// from a flag computed on the device after the last change of the gradient
+// and read back by the wait that change needed anyway (the loss read-back of
+// compute_gradient, the reduction's wait), so a local step waits on the host
+// once and an NCCL allreduce step twice; copy_theta / copy_ema / state()
+// copy to the host, restore() uploads. The optimiser and EMA kernels compute optim/'s
 // formulas in the same operation order, without contraction into FMAs, so
 // they equal the host replica's bit for bit for the same gradient. A
 // network that is not a DeviceNetwork gets the host replica.
@@ -152,8 +159,11 @@ class DeviceReducer : public comm::Reducer {
   virtual int device() const = 0;
   // d_buf [count] on device() becomes the mean over the ranks. Enqueued on
   // `stream` (a cudaStream_t) after the work already there, and waited for
-  // (bounded by the reducer's deadline). A collective.
-  virtual void mean_device(float* d_buf, std::size_t count, void* stream) = 0;
+  // (bounded by the reducer's deadline). `then`, if set, is called after the
+  // reduction is enqueued and before the wait, to enqueue more work on
+  // `stream` that the same wait covers. A collective.
+  virtual void mean_device(float* d_buf, std::size_t count, void* stream,
+                           const std::function<void()>& then) = 0;
 };
 
 // An NCCL communicator over the ranks of an MPI communicator, one device per
@@ -178,8 +188,10 @@ class NcclReducer {
   // waited for.
   void allreduce_sum(float* device_buf, std::size_t count, void* stream);
   // In-place mean, the same way (sum, then a scale by 1/size: the MPI
-  // reducer's formula).
-  void allreduce_mean(float* device_buf, std::size_t count, void* stream);
+  // reducer's formula). `then`, if set, enqueues more work on the stream
+  // after the scale, before the one wait that covers it all.
+  void allreduce_mean(float* device_buf, std::size_t count, void* stream,
+                      const std::function<void()>& then = {});
   // In-place mean over the ranks of `count` floats in host memory: copied in
   // through a pinned buffer, averaged, copied back. Returns when `host`
   // holds the result.

@@ -22,14 +22,24 @@ void bias_act_forward(float* y, const float* bias, int n, int c, int hw, bool re
 void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cudaStream_t stream);
 
 // db [c] = sum over n and hw of dy [n, c, hw] (overwritten), accumulated in
-// double in a fixed order (deterministic). hw > 1 (convolutions) is a
-// two-stage reduction: blocks of (image range, channel) write partial sums
-// into `scratch`, which needs bias_backward_scratch(n, c, hw) doubles (enough
-// for any batch up to n); a second kernel adds them per channel. hw = 1 (fc) is one thread per
-// channel walking the batch (coalesced across channels); no scratch.
+// double in a fixed order (deterministic). A two-stage reduction: blocks of
+// (image range, channel) -- for hw = 1 (fc layers), of (row range, 32
+// channels) -- write partial sums into `scratch`, which needs
+// bias_backward_scratch(n, c, hw) doubles (enough for any batch up to n); a
+// second kernel adds them per channel in chunk order.
 std::size_t bias_backward_scratch(int n, int c, int hw);
 void bias_backward(const float* dy, int n, int c, int hw, float* db, double* scratch,
                    cudaStream_t stream);
+
+// The first stage's launch for (n, c, hw): `chunks` partial sums per
+// channel of `per_chunk` images (rows) each, in `blocks` thread blocks.
+// Pure (no GPU needed), for tests of how much of the GPU the kernel uses.
+struct BiasBackwardShape {
+  int chunks = 0;
+  int per_chunk = 0;
+  long long blocks = 0;
+};
+BiasBackwardShape bias_backward_shape(int n, int c, int hw);
 
 // Weight normalisation per unit: w[o, :] = g[o] * v[o, :] / ||v[o, :]||.
 // v, w [units, fan_in]; g, norm [units].

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace syncopt::cuda {
@@ -40,5 +41,13 @@ void wait_stream(cudaStream_t stream, double timeout_s, const std::string& what)
 
 // The same for the work before `event` was recorded.
 void wait_event(cudaEvent_t event, double timeout_s, const std::string& what);
+
+// How many times this process has waited on the host for GPU work (every
+// wait_stream and wait_event, and the NCCL reducer's own waits), whether or
+// not the work was done already: the synchronisation points of a training
+// step, which tests count. note_host_wait() adds one (for waits that poll
+// on their own).
+std::uint64_t host_wait_count() noexcept;
+void note_host_wait() noexcept;
 
 }  // namespace syncopt::cuda
