@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Plots of syncopt runs: what `syncopt report RUN_DIR` prints, as PNGs.
 
-    python3 scripts/plot.py runs/fmnist-sync [--out DIR]
-    python3 scripts/plot.py --compare runs/a runs/b runs/c [--out DIR] [--theta]
+    python3 scripts/plot.py runs/fmnist-sync [--out DIR] [--data FILE]
+    python3 scripts/plot.py --compare runs/a runs/b runs/c [--out DIR] [--theta] [--data FILE]
 
 One run writes into the run directory (or --out):
   kth_gradient_cdf.png   CDF of the time to collect the k-th of K gradients of
@@ -11,14 +11,17 @@ One run writes into the run directory (or --out):
                          last few)
   accuracy.png           test accuracy of theta and of its EMA vs time and
                          vs steps
-  staleness.png          histogram of the staleness of every gradient received
+  staleness.png          histogram of the staleness of every gradient received,
+                         accepted and dropped apart
   step_times.png         time between updates at shard 0, over the run
 
 --compare overlays several runs, each labelled by its name, mode, N and b
 (b = auto with its mean N), into --out (default: compare/ next to the first
 run):
   compare_accuracy.png   test accuracy of the EMA of theta (--theta: of
-                         theta) vs time and vs steps
+                         theta) vs time and vs steps; the axis keeps the top
+                         15 points of accuracy, widened so that every run's
+                         best and last evaluations are in view
   compare_step_times.png CDF of the seconds per update
   compare_kth.png        mean and median time to the k-th gradient of a step
                          against k / K (sync and timeout runs)
@@ -27,9 +30,18 @@ Times are on each run's own clock: wall, or virtual (train.clock =
 "virtual") or simulated (`syncopt simulate`), where an evaluation's time is
 its step's t_apply, not eval.jsonl's wall_s (scripts/runlib.py). A legend
 names a run's clock when it is not the wall.
+
+A run that has not completed (no summary.json: running, paused, killed; or
+stopped, or failed) is plotted from its records; its title or legend label
+says so, and the reason is printed.
+
+--data FILE writes what every figure draws, as JSON: per figure and axes the
+limits, scales and each curve or bar set (label, x, y), for a test or for
+re-plotting elsewhere.
 Needs matplotlib (Debian: python3-matplotlib).
 """
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -54,16 +66,48 @@ def time_axis_label(runs):
     return "time (s; " + " / ".join(clocks) + " clock)"
 
 
+def figure_data(fig):
+    """What a figure draws, from matplotlib's objects (not the pixels)."""
+    axes = []
+    for ax in fig.axes:
+        curves = []
+        for line in ax.get_lines():
+            curves.append({"kind": "line", "label": line.get_label(),
+                           "x": [float(v) for v in line.get_xdata()],
+                           "y": [float(v) for v in line.get_ydata()]})
+        for cont in ax.containers:
+            rects = [r for r in cont if hasattr(r, "get_height")]
+            curves.append({"kind": "bars", "label": cont.get_label(),
+                           "x": [float(r.get_x() + r.get_width() / 2) for r in rects],
+                           "y": [float(r.get_height()) for r in rects]})
+        axes.append({"xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+                     "xlim": [float(v) for v in ax.get_xlim()],
+                     "ylim": [float(v) for v in ax.get_ylim()],
+                     "xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
+                     "yticks": [float(v) for v in ax.get_yticks()],
+                     "xticks": [float(v) for v in ax.get_xticks()],
+                     "yticklabels": [t.get_text() for t in ax.get_yticklabels()],
+                     "xticklabels": [t.get_text() for t in ax.get_xticklabels()],
+                     "curves": curves})
+    return axes
+
+
+DRAWN = {}  # file name -> figure_data(), for --data
+
+
 def save(fig, path, written, dpi):
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     written.append(path)
+    DRAWN[os.path.basename(path)] = figure_data(fig)
 
 
 def plot_single(plt, run, out, dpi):
     title = f"{run.name}: {run.mode}, N={run.n}, b={run.b}, K={run.workers}"
     if run.clock != "wall":
         title += f", {run.clock} clock"
+    if run.incomplete:
+        title += f" ({run.status.upper()}: not completed)"
     written = []
 
     per_k = run.kth_times()
@@ -102,16 +146,26 @@ def plot_single(plt, run, out, dpi):
         save(fig, os.path.join(out, "accuracy.png"), written, dpi)
         plt.close(fig)
 
-    hist = defaultdict(int)
+    accepted, dropped = defaultdict(int), defaultdict(int)
     for r in run.steps:
         for g in r["grads"]:
-            hist[g["staleness"]] += 1
-    if hist:
+            (accepted if g["accepted"] else dropped)[g["staleness"]] += 1
+    if accepted or dropped:
+        from matplotlib.ticker import MaxNLocator
         fig, ax = plt.subplots(figsize=(6, 4))
-        ks = sorted(hist)
-        ax.bar(ks, [hist[k] for k in ks])
+        ks = sorted(set(accepted) | set(dropped))
+        ax.bar(ks, [accepted[k] for k in ks], label="accepted (applied)", color="tab:blue")
+        ax.bar(ks, [dropped[k] for k in ks], bottom=[accepted[k] for k in ks],
+               label="dropped (late)", color="tab:orange")
+        # Staleness and counts are whole numbers: no 0.5 ticks.
+        if len(ks) <= 20:
+            ax.set_xticks(ks)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("staleness (shard version at arrival - version read)")
         ax.set_ylabel("gradients")
+        ax.legend(fontsize=8)
         ax.set_title(title, fontsize=9)
         save(fig, os.path.join(out, "staleness.png"), written, dpi)
         plt.close(fig)
@@ -124,6 +178,8 @@ def plot_single(plt, run, out, dpi):
         ax.set_xlabel("step")
         ax.set_ylabel(f"time since the previous update (s, {run.clock} clock)")
         ax.set_yscale("log")
+        plain_log_ticks(ax)
+        ax.grid(alpha=0.3, which="both")
         ax.set_title(title, fontsize=9)
         save(fig, os.path.join(out, "step_times.png"), written, dpi)
         plt.close(fig)
@@ -131,13 +187,36 @@ def plot_single(plt, run, out, dpi):
 
 
 def plain_log_ticks(ax):
-    """Log axes labelled 0.05, 0.1, 2 rather than 5x10^-2."""
-    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+    """Log axes labelled 0.05, 0.1, 2 rather than 5x10^-2, with ticks at
+    1, 2 and 5 of each decade labelled when there are few decades (a step
+    time axis rarely spans more than two, where decade labels alone leave
+    one or two numbers to read the whole axis by)."""
+    import math
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
     lo, hi = ax.get_ylim()
-    # Minor labels only where there are few decades to label, or they collide.
-    ax.yaxis.set_minor_formatter(FormatStrFormatter("%g") if hi < 10 * lo else NullFormatter())
+    if lo > 0 and math.log10(hi / lo) <= 3:
+        ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+    else:
+        # Minor labels over many decades would collide.
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.tick_params(axis="y", which="minor", labelsize=7)
+
+
+def accuracy_ylim(series):
+    """The accuracy axis of --compare, from each run's accuracies (%): the
+    interesting part is near the top, and the first evaluations of a fresh
+    model would squash it, so it shows the top 15 points; but never at the
+    cost of a run: it reaches down to every run's best and last evaluations,
+    so a run far behind is still drawn (the rest of its curve may leave the
+    axis at the bottom)."""
+    lo = min(a for s in series for a in s)
+    hi = max(a for s in series for a in s)
+    floor = max(lo, hi - 15)
+    for s in series:
+        floor = min(floor, max(s), s[-1])
+    return floor - 0.5, hi + 0.5
 
 
 def plot_compare(plt, runs, out, ema, dpi, labels):
@@ -158,14 +237,11 @@ def plot_compare(plt, runs, out, ema, dpi, labels):
                     color=colors[id(r)], label=lab)
         a1.set_xlabel(time_axis_label([r for r, _ in with_evals]))
         a2.set_xlabel("steps (updates at shard 0)")
-        lo = min(100 * a for r, _ in with_evals for _, _, a in r.eval_series(ema))
-        hi = max(100 * a for r, _ in with_evals for _, _, a in r.eval_series(ema))
+        ylim = accuracy_ylim([[100 * a for _, _, a in r.eval_series(ema)] for r, _ in with_evals])
         for ax in (a1, a2):
             ax.set_ylabel(f"test accuracy of the {which} (%)")
             ax.grid(alpha=0.3)
-            # The interesting part is near the top; the first evaluations
-            # of a fresh model would squash it.
-            ax.set_ylim(max(lo, hi - 15) - 0.5, hi + 0.5)
+            ax.set_ylim(*ylim)
         a2.legend(fontsize=7, loc="lower right")
         save(fig, os.path.join(out, "compare_accuracy.png"), written, dpi)
         plt.close(fig)
@@ -226,6 +302,8 @@ def main():
     ap.add_argument("--labels", help="--compare: the legend's labels, comma-separated, one "
                     "per run (default: name, mode, N, b)")
     ap.add_argument("--dpi", type=int, default=120)
+    ap.add_argument("--data", metavar="FILE",
+                    help="also write what each figure draws (curves, limits, ticks) as JSON")
     args = ap.parse_args()
     if not args.compare and len(args.run_dirs) != 1:
         ap.error("give one run directory, or --compare RUN_DIR...")
@@ -234,6 +312,9 @@ def main():
         runs = runlib.load_runs(args.run_dirs)
     except runlib.RunError as e:
         sys.exit(f"plot.py: {e}")
+    for r in runs:
+        if r.incomplete:
+            print(f"plot.py: {r.path}: INCOMPLETE ({r.status}): {r.why}", file=sys.stderr)
     if args.compare:
         labels = [r.label() for r in runs]
         if args.labels:
@@ -249,6 +330,11 @@ def main():
         written = plot_single(plt, runs[0], out, args.dpi)
     for w in written:
         print(w)
+    if args.data:
+        with open(args.data, "w") as f:
+            json.dump({"runs": [{"path": r.path, "status": r.status, "why": r.why} for r in runs],
+                       "figures": DRAWN}, f, indent=1)
+        print(args.data)
 
 
 if __name__ == "__main__":

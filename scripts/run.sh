@@ -6,17 +6,25 @@
 # Usage: scripts/run.sh [CONFIG] [--set key=value ...]
 #   SYNCOPT_NP=7 ranks for a distributed config (default 7); a config whose
 #   train.mode is "local" runs as one process without mpirun.
+#   SYNCOPT_BIN=/path/to/syncopt: use that binary; nothing is installed or
+#   built (an installed syncopt, or a build elsewhere).
 #
 # Exit status: the run's own (runs/<name>/summary.json "exit_code"; README,
-# "Exit codes"). A distributed run goes under `mpirun --enable-recovery`, so
-# that a worker that dies is dropped and the run goes on (DESIGN §9/§10); that
-# mpirun exits 0 whatever the ranks did, so its status says nothing.
+# "Faults, stopping and resuming"). A distributed run goes under
+# `mpirun --enable-recovery`, so that a worker that dies is dropped and the
+# run goes on; that mpirun exits 0 whatever the ranks did, so its status
+# says nothing.
 # Ctrl-C (SIGINT), SIGTERM or SIGHUP to this script stop the run at a step
 # boundary with a checkpoint (exit 75; SIGUSR1 to mpirun, which forwards it);
 # a second one ends mpirun at once. Resume with the command it prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
+if [ -n "${SYNCOPT_BIN:-}" ]; then
+  bin=$SYNCOPT_BIN
+else
+  scripts/setup.sh >/dev/null
+  bin=build/syncopt
+fi
 config=${1:-configs/fmnist-sync.toml}
 shift || true
 # A fresh run directory each time, so an earlier run is never overwritten
@@ -26,7 +34,7 @@ args=(train "$config" --set run.name="$name" "$@")
 # Validates the config once, in one process (a bad key: its message and exit
 # 78 here, not one per rank), and tells the mode and the run directory.
 rc=0
-resolved=$(build/syncopt "${args[@]}" --dry-run 2>&1) || rc=$?
+resolved=$("$bin" "${args[@]}" --dry-run 2>&1) || rc=$?
 if ((rc)); then
   echo "$resolved" >&2
   exit "$rc"
@@ -40,7 +48,7 @@ run_dir=$(value run dir)/$(value run name)
 if [ "$mode" = "local" ]; then
   # One process: its exit status is the run's own, and it takes SIGINT and
   # SIGTERM itself (checkpoint, exit 75).
-  exec build/syncopt "${args[@]}"
+  exec "$bin" "${args[@]}"
 fi
 
 # Open MPI as root (containers, CI) and more ranks than cores need these;
@@ -53,7 +61,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # reads it. Its stderr stays the terminal, so rank 0 still draws the live
 # progress line (lib/metrics/records.cpp).
 t_launch=$(date +%s)
-setsid mpirun --enable-recovery -np "${SYNCOPT_NP:-7}" build/syncopt "${args[@]}" </dev/null &
+setsid mpirun --enable-recovery -np "${SYNCOPT_NP:-7}" "$bin" "${args[@]}" </dev/null &
 mpirun_pid=$!
 stops=0
 # shellcheck disable=SC2317  # run by the traps
@@ -79,8 +87,8 @@ while :; do
 done
 trap - INT TERM HUP
 
-# The run's verdict: summary.json, written last by rank 0 (DESIGN §10), if
-# this launch wrote it.
+# The run's verdict: summary.json, written last by rank 0, if this launch
+# wrote it.
 summary=$run_dir/summary.json
 code=""
 if [ -f "$summary" ] && (($(stat -c %Y "$summary") >= t_launch)); then

@@ -3,9 +3,12 @@ paper scripts (scripts/paper/) compute from them, in one place so that a
 table and a figure never disagree. Standard library only (tomllib: Python
 3.11+), so it runs with any python3 here, matplotlib or not.
 
-A run directory holds summary.json, steps.jsonl (one record per update per
-shard), eval.jsonl (test accuracy of theta and of its EMA) and config.toml;
-DESIGN.md section 8 has the fields.
+A run directory holds config.toml, run.json (how and where it was started),
+steps.jsonl (one record per update per shard), eval.jsonl (test accuracy of
+theta and of its EMA) and, once it has ended, summary.json; docs/outputs.md
+has the fields. A run without summary.json (still running, paused, killed)
+is read from its records and marked incomplete, with the reason (Run.status,
+Run.why): the same verdict as `syncopt report`.
 
 Time axis. A record's t_start and t_apply are on the run's own clock:
 real seconds for train.clock = "wall", modelled seconds for "virtual" (the
@@ -16,8 +19,10 @@ that made its step (step 0: time 0). See eval_series().
 """
 import json
 import os
+import socket
 import statistics
 import sys
+import time
 import tomllib
 from collections import defaultdict
 
@@ -48,41 +53,131 @@ class RunError(Exception):
     """A run directory that cannot be read; the message says which file and why."""
 
 
-def read_jsonl(path):
+def read_jsonl(path, partial_tail=False):
+    """The records of a JSON Lines file. partial_tail: a last line without
+    its newline (a run still writing, or killed mid-write) is left out
+    rather than an error."""
     out = []
     with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise RunError(f"{path}:{n}: not a JSON record ({e})") from e
+        lines = f.read().split("\n")
+    # The text after the last newline is a torn record if it is not empty.
+    torn = lines.pop() if lines else ""
+    for n, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise RunError(f"{path}:{n}: not a JSON record ({e})") from e
+    if torn.strip():
+        try:
+            out.append(json.loads(torn))
+        except json.JSONDecodeError as e:
+            if not partial_tail:
+                raise RunError(f"{path}:{len(lines) + 1}: not a JSON record ({e})") from e
     return out
 
 
+def _age(seconds):
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _process_state(pid):
+    """'R', 'S', 'T' (stopped), ... of a live process whose command line
+    names syncopt, or None when no such process exists."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"syncopt" not in f.read():
+                return None
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def latest_checkpoint(path):
+    try:
+        with open(os.path.join(path, "checkpoints", "latest")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def run_status(run):
+    """(status, why) of a run, as `syncopt report` says it (lib/train/run_meta.cpp):
+    completed | stopped | failed from summary.json; without one, running |
+    paused | killed when rank 0 ran on this host (run.json names its host and
+    pid), else unknown."""
+    s = run.summary
+    ckpt = latest_checkpoint(run.path)
+    resume = (f"; resume from its checkpoint at step {ckpt} with --set run.resume=true"
+              if ckpt is not None else "")
+    if s:
+        status = s.get("status", "completed")
+        if status == "completed":
+            return "completed", ""
+        if status == "stopped":
+            return "stopped", f"stopped ({s.get('stopped', 'by a signal')}) before the end" + resume
+        return status, (f"{status} with exit code {s.get('exit_code', '?')}: "
+                        f"{s.get('error', 'see its log')}")
+    age = _age(run.last_record_age_s())
+    launch = run.launch()
+    host, pid = launch.get("host"), launch.get("pid")
+    if host is None or pid is None:
+        return "unknown", (f"no summary.json (and no run.json): still running, or killed; "
+                           f"its last record was written {age} ago")
+    if host != socket.gethostname():
+        return "unknown", (f"no summary.json: still running on {host} (rank 0, pid {pid}), "
+                           f"or ended there without one (killed); its last record was "
+                           f"written {age} ago")
+    state = _process_state(pid)
+    if state == "T":
+        return "paused", (f"no summary.json: rank 0 (pid {pid}) is stopped (SIGSTOP or a "
+                          f"suspended job); its last record was written {age} ago")
+    if state is not None:
+        return "running", (f"no summary.json yet: running as pid {pid}; its last record "
+                           f"was written {age} ago")
+    return "killed", (f"no summary.json: rank 0 (pid {pid} on {host}) is gone without "
+                      f"writing one (killed by a signal, out of memory, or its job ended); "
+                      f"its last record was written {age} ago" + resume)
+
+
 class Run:
-    """One run directory, read once."""
+    """One run directory, read once. A finished run is read from its
+    summary.json; one without (running, paused, killed) from its records,
+    config.toml and run.json, with status and why saying what became of it."""
 
     def __init__(self, path):
         self.path = os.path.normpath(path)
         self.name = os.path.basename(self.path)
         summary = os.path.join(self.path, "summary.json")
-        if not os.path.exists(summary):
-            raise RunError(f"{summary} not found: give the directory of a finished run")
-        try:
-            with open(summary) as f:
-                self.summary = json.load(f)
-        except json.JSONDecodeError as e:
-            raise RunError(f"{summary}: not JSON ({e})") from e
         steps = os.path.join(self.path, "steps.jsonl")
-        self.steps = read_jsonl(steps) if os.path.exists(steps) else []
+        if not os.path.exists(summary) and not os.path.exists(steps):
+            raise RunError(f"{summary} not found, nor steps.jsonl: {self.path} is not a run "
+                           "directory (give runs/<name>)")
+        self.summary = {}
+        if os.path.exists(summary):
+            try:
+                with open(summary) as f:
+                    self.summary = json.load(f)
+            except json.JSONDecodeError as e:
+                raise RunError(f"{summary}: not JSON ({e})") from e
+        # A run being written, or killed, may end in half a line: keep what
+        # is whole. A completed run's records are whole, or corrupt.
+        torn_ok = self.summary.get("status", "completed") != "completed" or not self.summary
+        self.steps = read_jsonl(steps, partial_tail=torn_ok) if os.path.exists(steps) else []
         self.shard0 = sorted((r for r in self.steps if r.get("shard", 0) == 0),
                              key=lambda r: r["step"])
         evals = os.path.join(self.path, "eval.jsonl")
-        self.evals = sorted(read_jsonl(evals), key=lambda e: e["step"]) \
-            if os.path.exists(evals) else []
+        self.evals = sorted(read_jsonl(evals, partial_tail=torn_ok),
+                            key=lambda e: e["step"]) if os.path.exists(evals) else []
         config = os.path.join(self.path, "config.toml")
         self.config = {}
         if os.path.exists(config):
@@ -91,6 +186,24 @@ class Run:
                     self.config = tomllib.load(f)
             except tomllib.TOMLDecodeError as e:
                 raise RunError(f"{config}: not TOML ({e})") from e
+        self.run_json = {}
+        run_json = os.path.join(self.path, "run.json")
+        if os.path.exists(run_json):
+            try:
+                with open(run_json) as f:
+                    self.run_json = json.load(f)
+            except json.JSONDecodeError:
+                self.run_json = {}  # being rewritten: only the verdict below needs it
+        self.status, self.why = run_status(self)
+
+    @property
+    def incomplete(self):
+        return self.status != "completed"
+
+    def launch(self):
+        """The latest launch of run.json (its host, pid, layout), or {}."""
+        launches = self.run_json.get("launches") or [{}]
+        return launches[-1]
 
     # What the run was.
     def cfg(self, section, key, default=None):
@@ -100,13 +213,19 @@ class Run:
     def clock(self):
         return self.summary.get("clock") or self.cfg("train", "clock", "wall")
 
+    def _layout(self, key):
+        return self.launch().get("layout", {}).get(key)
+
     @property
     def mode(self):
-        return self.summary.get("mode", self.cfg("train", "mode", "?"))
+        return self.summary.get("mode") or self._layout("mode") or self.cfg("train", "mode", "?")
 
     @property
     def workers(self):
-        return self.summary.get("workers")
+        w = self.summary.get("workers") or self._layout("workers")
+        if w is None and self.steps:
+            w = len({g["worker"] for r in self.steps for g in r["grads"]})
+        return w
 
     @property
     def adaptive(self):
@@ -114,11 +233,21 @@ class Run:
 
     @property
     def n(self):
-        return self.summary.get("N")
+        n = self.summary.get("N") or self._layout("N")
+        if n is None and self.shard0:
+            n = max(r.get("used", 1) for r in self.shard0)
+        return n
 
     @property
     def b(self):
-        return "auto" if self.adaptive else self.summary.get("b")
+        if self.adaptive:
+            return "auto"
+        b = self.summary.get("b")
+        if b is None:
+            b = self._layout("b")
+        if b is None and self.n is not None and self.workers is not None:
+            b = max(0, self.workers - self.n) if self.mode in VERSIONED_MODES else 0
+        return b
 
     def mean_n(self):
         """The mean N over the updates (differs from the summary's N under b = auto)."""
@@ -139,6 +268,8 @@ class Run:
             parts.append(f"K={self.workers}")
         if self.clock != "wall":
             parts.append(f"{self.clock} clock")
+        if self.incomplete:
+            parts.append(self.status)
         return f"{self.name}: " + ", ".join(parts)
 
     # Times.
@@ -206,6 +337,15 @@ class Run:
         training span over summary.json's epochs)."""
         epochs, span = self.summary.get("epochs"), self.span_s()
         return span / epochs if epochs and span else None
+
+    def last_record_age_s(self):
+        """Seconds since steps.jsonl (or eval.jsonl) was last written."""
+        ages = []
+        for f in ("steps.jsonl", "eval.jsonl"):
+            p = os.path.join(self.path, f)
+            if os.path.exists(p):
+                ages.append(time.time() - os.path.getmtime(p))
+        return min(ages) if ages else None
 
     def kth_times(self):
         """{k: [seconds from a version's start to its k-th gradient]} (k from

@@ -1,6 +1,7 @@
 // The subcommands of the syncopt binary, one file each: train
-// (train_command.cpp), report, keys and checkpoints (inspect_command.cpp),
-// simulate and plan (sim_command.cpp). main.cpp parses and dispatches.
+// (train_command.cpp), report, export, keys and checkpoints
+// (inspect_command.cpp), simulate and plan (sim_command.cpp), sweep
+// (sweep_command.cpp). main.cpp parses and dispatches.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,14 +9,26 @@
 #include <vector>
 
 #include "comm/mpi.hpp"
+#include "train/run_meta.hpp"
 
 namespace syncopt::app {
 
-// The build, as ranks compare it (one build across ranks) and --version shows it.
+// The build, as ranks compare it (one build across ranks) and --version
+// shows it: version, git commit ("unknown" outside git; "modified" when
+// tracked files differed from it), build time (build_info.cpp).
 extern const std::string kBuildId;
+extern const char* const kVersion;
+extern const char* const kGitCommit;
+extern const bool kGitDirty;
+
+// The command line and the build, as run.json records them.
+train::Invocation make_invocation(const std::vector<std::string>& argv,
+                                  const std::string& config_path,
+                                  const std::vector<std::string>& overrides);
 extern const char* const kExitCodes;
 
 struct TrainArgs {
+  std::vector<std::string> argv;  // the whole command line, for run.json
   std::string config_path;
   std::vector<std::string> overrides;
   bool dry_run = false;
@@ -28,9 +41,12 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& args);
 int run_train(const TrainArgs& args, comm::MpiSession& mpi);
 
 int run_report(const std::string& dir);
-int run_checkpoints(const std::string& dir);
+int run_export(const std::string& dir, const std::string& out);
+// fields: also every saved field of every part, with its kind and size.
+int run_checkpoints(const std::string& dir, bool fields);
 
 struct SimulateArgs {
+  std::vector<std::string> argv;  // the whole command line, for run.json
   std::string config_path;
   std::vector<std::string> overrides;
   std::string from;
@@ -38,6 +54,15 @@ struct SimulateArgs {
 };
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args);
 int run_simulate(const SimulateArgs& args);
+
+struct SweepArgs {
+  std::string config_path;
+  std::vector<std::string> axes;  // -m key=v1,v2
+  std::vector<std::string> overrides;
+  std::string out;
+};
+CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args);
+int run_sweep(const SweepArgs& args);
 
 struct PlanArgs {
   int workers = 0;

@@ -1,4 +1,4 @@
-// `syncopt report`, `syncopt checkpoints` (see commands.hpp).
+// `syncopt report`, `syncopt export`, `syncopt checkpoints` (see commands.hpp).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,32 +9,62 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "commands.hpp"
+#include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "metrics/analysis.hpp"
+#include "metrics/export.hpp"
+#include "train/run_meta.hpp"
 
 namespace syncopt::app {
 
+// A finished run is read from its summary.json; one without (running,
+// paused, killed) from its records, and said to be incomplete, with why.
 int run_report(const std::string& dir) {
   using namespace syncopt;
   const std::filesystem::path run(dir);
-  if (!std::filesystem::exists(run / "summary.json")) {
-    throw MissingInputError("'" + (run / "summary.json").string() +
-                            "' not found: give the directory of a finished run (runs/<name>)");
+  const bool has_summary = std::filesystem::exists(run / "summary.json");
+  if (!has_summary && !std::filesystem::exists(run / "steps.jsonl")) {
+    throw MissingInputError("'" + dir +
+                            "' holds no records (no summary.json, no steps.jsonl): give a run "
+                            "directory, e.g. runs/<name>");
   }
-  std::ifstream in(run / "summary.json");
-  nlohmann::json summary;
-  try {
-    in >> summary;
-  } catch (const std::exception& e) {
-    throw DataError((run / "summary.json").string() + ": not JSON (" + e.what() + ")");
-  }
-  const auto steps = metrics::read_steps(run / "steps.jsonl");
+  const train::RunState status = train::run_status(run);
+  const bool torn_ok = !status.complete();
+  const auto steps = std::filesystem::exists(run / "steps.jsonl")
+                         ? metrics::read_steps(run / "steps.jsonl", torn_ok)
+                         : std::vector<metrics::StepRecord>{};
   const auto evals = std::filesystem::exists(run / "eval.jsonl")
-                         ? metrics::read_jsonl(run / "eval.jsonl")
+                         ? metrics::read_jsonl(run / "eval.jsonl", torn_ok)
                          : std::vector<nlohmann::json>{};
-  const auto info = metrics::run_info_from_summary(summary);
+  metrics::RunInfo info;
+  if (has_summary) {
+    nlohmann::json summary;
+    try {
+      summary = nlohmann::json::parse(read_file_bytes(run / "summary.json"));
+    } catch (const std::exception& e) {
+      throw DataError((run / "summary.json").string() + ": not JSON (" + e.what() + ")");
+    }
+    info = metrics::run_info_from_summary(summary);
+  } else {
+    info = train::partial_run_info(run, steps, evals);
+  }
   const auto an = metrics::analyze(steps, info);
-  std::printf("run %s\n%s", dir.c_str(), metrics::format_report(an, evals).c_str());
+  const std::string why = status.complete() ? "" : status.status + ": " + status.why;
+  std::printf("run %s\n%s", dir.c_str(), metrics::format_report(an, evals, why).c_str());
+  return 0;
+}
+
+// `syncopt export RUN_DIR --csv [--out DIR]`: the records as CSV files.
+int run_export(const std::string& dir, const std::string& out) {
+  using namespace syncopt;
+  const std::filesystem::path run(dir);
+  const std::filesystem::path to = out.empty() ? run / "csv" : std::filesystem::path(out);
+  const train::RunState status = train::run_status(run);
+  if (!status.complete()) {
+    std::fprintf(stderr, "syncopt export: %s is incomplete (%s): %s\n", dir.c_str(),
+                 status.status.c_str(), status.why.c_str());
+  }
+  for (const auto& f : metrics::export_csv(run, to)) std::printf("%s\n", f.string().c_str());
   return 0;
 }
 
@@ -58,8 +88,26 @@ std::size_t non_finite(const syncopt::checkpoint::State& s) {
 
 }  // namespace
 
+// Every field below `s`, one per line: "  part.child.name  kind [count]".
+void print_fields(const syncopt::checkpoint::State& s, const std::string& prefix) {
+  for (const auto& name : s.names()) {
+    const std::string kind = s.kind_of(name);
+    if (kind == "child state") {
+      print_fields(s.child(name), prefix + name + ".");
+      continue;
+    }
+    std::string size;
+    if (kind == "float array") size = std::to_string(s.get<std::vector<float>>(name).size());
+    if (kind == "u64 array") size = std::to_string(s.get<std::vector<std::uint64_t>>(name).size());
+    if (kind == "i64 array") size = std::to_string(s.get<std::vector<std::int64_t>>(name).size());
+    if (kind == "string") size = std::to_string(s.get<std::string>(name).size()) + " bytes";
+    std::printf("    %-40s %s%s\n", (prefix + name).c_str(), kind.c_str(),
+                size.empty() ? "" : (" [" + size + "]").c_str());
+  }
+}
+
 // `syncopt checkpoints RUN_DIR`: what is saved, and whether the latest loads.
-int run_checkpoints(const std::string& dir) {
+int run_checkpoints(const std::string& dir, bool fields) {
   using namespace syncopt;
   const auto steps = checkpoint::committed_steps(dir);
   const auto latest = checkpoint::latest_step(dir);
@@ -73,7 +121,10 @@ int run_checkpoints(const std::string& dir) {
   std::printf("latest: step %llu, %zu parts, %zu bytes, created %s; sizes and CRC-32 verified\n",
               static_cast<unsigned long long>(*latest), ck.parts.size(), nbytes,
               ck.manifest.created_utc.c_str());
-  for (const auto& [part, state] : ck.parts) std::printf("  %s\n", part.c_str());
+  for (const auto& [part, state] : ck.parts) {
+    std::printf("  %s\n", part.c_str());
+    if (fields) print_fields(state, part + ".");
+  }
   if (bad > 0) {
     throw DataError(dir + ": the latest checkpoint holds " + std::to_string(bad) +
                     " non-finite values");

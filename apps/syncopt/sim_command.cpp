@@ -15,6 +15,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "config/config.hpp"
+#include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
 #include "plan/planner.hpp"
@@ -22,6 +23,7 @@
 #include "sim/fit.hpp"
 #include "sim/run.hpp"
 #include "train/inputs.hpp"
+#include "train/run_meta.hpp"
 
 namespace syncopt::app {
 
@@ -47,7 +49,8 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
   cmd->add_option("--set", args.overrides,
                   "Override one key, section.key=value (repeatable), e.g. --set sim.workers=1000 "
                   "--set train.backups=4")
-      ->type_name("KEY=VALUE");
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
   cmd->add_option("--from", args.from,
                   "A real run directory (runs/<name>) to fit the timing to: each worker's "
                   "measured compute time and overhead per gradient (arrival - answer - compute - "
@@ -76,7 +79,20 @@ int run_simulate(const SimulateArgs& args) {
   sim::SimulateOptions opt;
   opt.param_count = nn::param_layout(train::expected_model_spec(cfg)).count;
   if (!args.from.empty()) opt.from = args.from;
+  const std::string start = train::utc_now();
   const sim::SimulateOutcome out = sim::simulate_run(cfg, opt);
+  // run.json like a real run's: one process, the simulated layout.
+  train::LaunchFacts facts;
+  try {
+    facts.roles = layout::make_roles(
+        cfg, static_cast<int>(cfg.cluster.ps + (cfg.cluster.evaluator ? 1 : 0) + cfg.sim.workers));
+  } catch (const Error&) {
+    facts.roles = layout::Roles{};  // a mode the layout does not place: no layout recorded
+  }
+  train::RunJournal journal(out.run_dir, cfg.run.name,
+                            make_invocation(args.argv, args.config_path, args.overrides), facts,
+                            false, start);
+  journal.finish(train::Outcome{});
   if (!args.quiet) {
     std::printf("simulated %llu updates (%.3f s simulated) of %d workers in %.2f s: %llu events\n",
                 static_cast<unsigned long long>(out.result.steps), out.result.end_s,
@@ -115,7 +131,8 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
                   "sim.workers = K): T(N, b) from the simulated arrivals; train.steps updates each")
       ->type_name("CONFIG");
   cmd->add_option("--set", args.overrides, "With --sim: override a key, e.g. --set train.steps=200")
-      ->type_name("KEY=VALUE");
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
   cmd->add_option("--from", args.from, "With --sim: fit the timing to a real run (as simulate)")
       ->type_name("RUN_DIR");
   cmd->add_option("--n", args.n_values,

@@ -2,8 +2,10 @@
 // trainer (a world of one rank) or the distributed one (see commands.hpp).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "train/distributed.hpp"
 #include "train/inputs.hpp"
 #include "train/local.hpp"
+#include "train/run_meta.hpp"
 
 namespace syncopt::app {
 
@@ -32,11 +35,43 @@ const char* const kExitCodes =
     "Under mpirun --enable-recovery mpirun itself exits 0 whatever happened: the run's outcome "
     "is in runs/<name>/summary.json (status, exit_code).";
 
-// The build, as ranks compare it (check_same_job).
-const std::string kBuildId =
-    std::string("syncopt ") + SYNCOPT_VERSION + " built " + __DATE__ + " " + __TIME__;
-
 namespace {
+
+// The command line again, with quotes where a word needs them.
+std::string shell_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) {
+    const bool plain = !w.empty() && w.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLM"
+                                         "NOPQRSTUVWXYZ0123456789-_./=:,+@%") == std::string::npos;
+    out += (out.empty() ? "" : " ") + (plain ? w : "'" + w + "'");
+  }
+  return out;
+}
+
+// What to run instead of a distributed config in one process: the same
+// command under mpirun with one rank per role, K = b + 4 workers (N = 4).
+std::string mpi_line(const TrainArgs& args, const syncopt::config::Config& cfg) {
+  using namespace syncopt;
+  const auto& t = config::traits(cfg.train.mode);
+  const long b = !t.has_backups ? 0
+                 : config::is_auto(cfg.train.backups)
+                     ? 1
+                     : std::max<long>(1, std::get<std::int64_t>(cfg.train.backups));
+  const long others = t.uses_ps ? cfg.cluster.ps + (cfg.cluster.evaluator ? 1 : 0) : 0;
+  const long workers = t.has_backups ? b + 4 : 4;
+  std::vector<std::string> words = args.argv;
+  if (words.size() > 1) {
+    words.erase(std::remove(words.begin() + 1, words.end(), std::string("--dry-run")), words.end());
+  }
+  std::string line = "mpirun -np " + std::to_string(others + workers) + " " + shell_words(words);
+  if (t.uses_ps) {
+    line += "   (" + std::to_string(cfg.cluster.ps) + " parameter server(s)" +
+            (cfg.cluster.evaluator ? ", 1 evaluator" : "") + ", " + std::to_string(workers) +
+            " workers; each further rank is one more worker)";
+  }
+  return line;
+}
 
 // --dry-run: the resolved config, the role of every rank, and where each
 // computes (the GPU from the node-local rank, as training will pick it).
@@ -60,8 +95,10 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
   std::printf("# resolved config (%s)\n%s\n", args.config_path.c_str(),
               config::to_toml(cfg).c_str());
   if (world == 1 && cfg.train.mode != config::Mode::kLocal) {
-    std::printf("# train.mode = \"%s\" runs single-process in a world of one rank\n",
-                std::string(config::mode_name(cfg.train.mode)).c_str());
+    std::printf(
+        "# NOTE: train.mode = \"%s\" needs MPI; started like this, without mpirun, "
+        "the run is refused:\n# %s\n",
+        std::string(config::mode_name(cfg.train.mode)).c_str(), mpi_line(args, cfg).c_str());
   }
   std::printf("%s# placement:\n", layout::describe(roles, layout.count).c_str());
   for (int r = 0; r < world; ++r) {
@@ -73,6 +110,19 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
                 shard ? " (a shard applies its updates on the CPU)" : "");
   }
   std::printf("# %s\n", nn::graph_summary(graph).c_str());
+  // What the run's params.f32 will hold (docs/outputs.md).
+  std::printf(
+      "# params.f32 and params_ema.f32: %zu float32 values (little-endian), in this order:\n"
+      "#   %-12s %-18s %10s %10s\n",
+      layout.count, "name", "shape", "offset", "count");
+  for (const auto& v : layout.views) {
+    std::string shape = "[";
+    for (std::size_t i = 0; i < v.shape.size(); ++i) {
+      shape += (i ? ", " : "") + std::to_string(v.shape[i]);
+    }
+    shape += "]";
+    std::printf("#   %-12s %-18s %10zu %10zu\n", v.name.c_str(), shape.c_str(), v.offset, v.count);
+  }
 }
 
 // FNV-1a, 64 bits: a fingerprint, not a defence against tampering.
@@ -109,6 +159,16 @@ void check_same_job(const syncopt::config::Config& cfg, syncopt::comm::MpiSessio
   if (!msg.empty()) throw ConfigError(msg);
 }
 
+// Rank 0's text on every rank.
+std::string broadcast_text(const std::string& text) {
+  int n = static_cast<int>(text.size());
+  SYNCOPT_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::string out = text;
+  out.resize(static_cast<std::size_t>(n));
+  SYNCOPT_CHECK_MPI(MPI_Bcast(out.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD));
+  return out;
+}
+
 }  // namespace
 
 int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
@@ -132,6 +192,24 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads),
                                 cfg.cluster.dead_after_s);
   });
+  // `syncopt train runs/<name>/config.toml` repeats that run under a new
+  // name (<name>-2, ...); rank 0 picks it, so that every rank agrees.
+  train::Invocation inv = make_invocation(args.argv, args.config_path, args.overrides);
+  if (!cfg.run.resume) {
+    std::string again;
+    comm::agree(MPI_COMM_WORLD, [&] {
+      if (mpi.rank() == 0) again = train::repeat_name(args.config_path, cfg.run.dir, cfg.run.name);
+    });
+    again = broadcast_text(again);
+    if (!again.empty()) {
+      inv.repeat_of = (std::filesystem::path(cfg.run.dir) / cfg.run.name).string();
+      if (mpi.rank() == 0) {
+        std::fprintf(stderr, "syncopt: repeating the run %s as run.name = \"%s\" (%s untouched)\n",
+                     inv.repeat_of.c_str(), again.c_str(), inv.repeat_of.c_str());
+      }
+      cfg.run.name = again;
+    }
+  }
   // One experiment, one build: every rank's resolved config and binary
   // must be rank 0's (a different model on one rank would corrupt memory).
   comm::agree(MPI_COMM_WORLD, [&] { check_same_job(cfg, mpi); });
@@ -143,19 +221,29 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     return 0;
   }
   if (local) {
+    // A config that asks for parameter servers and workers started without
+    // MPI would train something else (one process, no backups, no
+    // staleness) under the experiment's name: refused, with what to run.
     if (cfg.train.mode != config::Mode::kLocal) {
-      spdlog::info(
-          "world of one rank: train.mode = \"{}\" runs as local training (start it "
-          "with mpirun -np K for the distributed mode)",
-          config::mode_name(cfg.train.mode));
+      throw UsageError("train.mode = \"" + std::string(config::mode_name(cfg.train.mode)) +
+                       "\" needs several MPI ranks (parameter servers and workers), but this "
+                       "process runs alone (no mpirun or srun). Start it under MPI:\n  " +
+                       mpi_line(args, cfg) +
+                       "\nor scripts/run.sh CONFIG, or srun/sbatch under SLURM "
+                       "(scripts/slurm/train.sbatch). To train in this one process instead, add "
+                       "--set train.mode=local.");
     }
-    const train::LocalResult r = train::run_local(cfg, compute, args.quiet);
+    const train::LocalResult r = train::run_local(cfg, compute, args.quiet, inv);
     std::printf("\nsummary: %lld steps, %lld examples in %.1fs (%.0f examples/s training)\n",
                 static_cast<long long>(r.steps), static_cast<long long>(r.examples), r.wall_s,
                 r.examples_per_s);
-    std::printf("         test accuracy %.2f%% (EMA %.2f%%), test loss %.4f\n",
-                100.0 * r.final_eval.accuracy, 100.0 * r.final_eval_ema.accuracy,
-                r.final_eval.loss);
+    if (r.evaluated) {
+      std::printf("         test accuracy %.2f%% (EMA %.2f%%), test loss %.4f\n",
+                  100.0 * r.final_eval.accuracy, 100.0 * r.final_eval_ema.accuracy,
+                  r.final_eval.loss);
+    } else {
+      std::printf("         test accuracy: not evaluated (the run did not complete)\n");
+    }
     std::printf("         run directory: %s\n", r.run_dir.string().c_str());
     if (r.outcome.status() == RunStatus::kStopped) {
       std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
@@ -163,7 +251,7 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     }
     return static_cast<int>(r.outcome.exit_code);
   }
-  const train::DistributedResult r = train::run_distributed(cfg, compute, args.quiet);
+  const train::DistributedResult r = train::run_distributed(cfg, compute, args.quiet, inv);
   if (!r.dead_ranks.empty()) {
     // Everything is written. Stopped or hung peers on this node are ended
     // (mpirun would wait for them forever), and MPI_Finalize, which would
@@ -194,10 +282,13 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& targs) {
       ->add_option("config", targs.config_path,
                    "TOML experiment file, e.g. configs/fmnist-local.toml")
       ->required();
+  // One value per --set, wherever it stands: a vector option would
+  // otherwise swallow the config path that follows it.
   train
       ->add_option("--set", targs.overrides,
                    "Override one key, section.key=value (repeatable), e.g. --set train.batch=64")
-      ->type_name("KEY=VALUE");
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
   train->add_flag("--dry-run", targs.dry_run,
                   "Validate the config, print it resolved and the role of every rank, then exit");
   train->add_flag("-q,--quiet", targs.quiet, "Only warnings and the final summary");

@@ -1,4 +1,4 @@
-// The on-disk checkpoint format (DESIGN.md §10): saving the parts of a
+// The on-disk checkpoint format (docs/design.md §10): saving the parts of a
 // training step, committing them with a manifest and the `latest` pointer,
 // loading and verifying the latest checkpoint, and housekeeping.
 //

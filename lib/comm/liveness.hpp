@@ -1,4 +1,4 @@
-// Telling a silent peer from a slow one (DESIGN.md §10). Every worker, the
+// Telling a silent peer from a slow one (docs/design.md §10). Every worker, the
 // evaluator and every shard run a Heartbeat: a thread that sends a small
 // message to the ranks that watch it at a fixed interval, whatever the
 // main thread is doing (a long compute step does not stop it; a stopped or

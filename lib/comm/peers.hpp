@@ -2,7 +2,7 @@
 // that messages about a rank can say where it runs, and so that a rank that
 // is stopped or hung (SIGSTOP, a paused VM) can be ended by a live rank on
 // its node once everything is written: otherwise mpirun would wait for it
-// forever (DESIGN.md §10).
+// forever (docs/design.md §10).
 #pragma once
 
 #include <mpi.h>

@@ -1,5 +1,5 @@
 // The wire protocol between workers, parameter-server shards and the
-// evaluator (DESIGN.md §4): every message is one fixed header followed by
+// evaluator (docs/design.md §4): every message is one fixed header followed by
 // `count` floats, sent as bytes in a single nonblocking MPI message. Every
 // received header is validated before its payload is used.
 #pragma once
@@ -25,7 +25,7 @@ enum class Kind : std::uint16_t {
   kEvalPull = 5,   // evaluator -> shard: theta and EMA at version >= param_version
   kCtrl = 6,       // worker/evaluator -> shard: done, no more messages from me
   kHeartbeat = 7,  // any rank -> its watchers: still alive (comm/liveness.hpp)
-  // Stops and checkpoints (DESIGN.md §10), coordinated by shard 0:
+  // Stops and checkpoints (docs/design.md §10), coordinated by shard 0:
   kStopRequest = 8,  // any -> shard 0: a stop signal (step_seq) arrived here
   kCheckpoint = 9,   // shard 0 -> shards, evaluator: save your part of checkpoint step_seq
   kSaved = 10,       // any -> shard 0: my part of checkpoint step_seq is written

@@ -73,7 +73,7 @@ class OutputError : public Error {
  public:
   OutputError(ExitCode code, const std::string& m) : Error(code, m) {}
 };
-// The run cannot go on without a rank that died (DESIGN.md §10). Every rank
+// The run cannot go on without a rank that died (docs/design.md §10). Every rank
 // that can still exit ends with 69; nothing aborts the others, which find
 // out by themselves.
 class UnavailableError : public Error {

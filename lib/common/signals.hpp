@@ -1,4 +1,4 @@
-// Stop signals (DESIGN.md §10): SIGTERM, SIGUSR1 and SIGINT only set a flag;
+// Stop signals (docs/design.md §10): SIGTERM, SIGUSR1 and SIGINT only set a flag;
 // the trainers look at it at step boundaries, agree to stop, save a
 // checkpoint and exit 75 (EX_TEMPFAIL: "requeue me"). A second SIGINT ends
 // the process at once (130), for an impatient Ctrl-C.

@@ -144,10 +144,11 @@ std::vector<KeySpec> make_key_specs() {
                   "than this many gradients beyond the slowest live worker waits. It bounds the "
                   "clock gap between workers, not the staleness of an applied gradient, which is "
                   "recorded and reported apart (it can exceed the bound with several workers)."),
-      SYNCOPT_KEY(train, timeout_ms, above(0), "",
-                  "timeout: an update falls due when N gradients of the version arrived, or this "
-                  "many ms after the first of them (at least one): DESIGN.md's rule, not the "
-                  "step's start."),
+      SYNCOPT_KEY(
+          train, timeout_ms, above(0), "",
+          "timeout: an update falls due when N gradients of the version arrived, or this "
+          "many ms after the first of them (at least one): docs/design.md's rule (§3), not the "
+          "step's start."),
       SYNCOPT_KEY(train, clock, no_range(), "sync and timeout only for virtual",
                   "wall: real arrival times decide which N of N + b count. virtual: every "
                   "gradient gets a modelled finish time (a compute time drawn from sim.compute_ms, "

@@ -17,6 +17,7 @@
 
 #include "common/error.hpp"
 #include "config/config.hpp"
+#include "config/include.hpp"
 #include "config/keys.hpp"
 #include "config/text.hpp"
 #include "config/validate.hpp"
@@ -80,13 +81,10 @@ class Loader {
           "); check its permissions");
       return;
     }
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) {
-      add(path + ": cannot read the config file (" + std::strerror(errno) + ")");
-      return;
-    }
-    read_text(text.str(), path);
+    // The file and what it includes, base first (config/include.hpp).
+    std::vector<std::string> include_problems;
+    for (const auto& f : resolve_includes(path, include_problems)) read_text(f.text, f.path);
+    for (auto& p : include_problems) add(std::move(p));
   }
 
   void read_text(const std::string& text, const std::string& origin) {

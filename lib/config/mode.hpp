@@ -1,4 +1,4 @@
-// The training modes (DESIGN.md §3), parsed once from train.mode into an
+// The training modes (docs/design.md §3), parsed once from train.mode into an
 // enum, and the one table of what each mode is: whether it has parameter
 // servers, whether a gradient is judged by the version it was computed on,
 // what N (gradients per update) means, and what follows from N. Every other

@@ -1,4 +1,4 @@
-// Roles by rank (DESIGN.md §2): ranks 0..S-1 are parameter-server shards,
+// Roles by rank (docs/design.md §2): ranks 0..S-1 are parameter-server shards,
 // then an optional evaluator, then the workers. In allreduce mode every rank
 // is a worker; a world of one rank trains locally. The layout is a pure
 // function of the config and the world size, so every rank computes the same

@@ -14,7 +14,7 @@ namespace syncopt::metrics {
 
 using nlohmann::json;
 
-std::vector<json> read_jsonl(const std::filesystem::path& path) {
+std::vector<json> read_jsonl(const std::filesystem::path& path, bool torn_tail_ok) {
   std::ifstream in(path);
   if (!in) throw MissingInputError("cannot read '" + path.string() + "': no such file");
   std::vector<json> out;
@@ -26,6 +26,8 @@ std::vector<json> read_jsonl(const std::filesystem::path& path) {
     try {
       out.push_back(json::parse(line));
     } catch (const std::exception& e) {
+      // getline at the end of the file without a newline: a torn record.
+      if (torn_tail_ok && in.eof()) break;
       throw DataError(path.string() + ":" + std::to_string(lineno) + ": not a JSON record (" +
                       e.what() + ")");
     }
@@ -201,19 +203,21 @@ RunAnalysis analyze(const std::vector<StepRecord>& steps, const RunInfo& info) {
                 {"time_to_kth_mean_s", kth_mean},
                 {"time_to_kth_median_s", kth_median},
                 {"time_to_kth_samples", kth_count},
-                {"cross_shard_disagreements", c.disagreements},
-                {"test_loss", info.test_loss},
-                {"test_acc", info.test_acc},
-                {"test_loss_ema", info.test_loss_ema},
-                {"test_acc_ema", info.test_acc_ema}};
+                {"cross_shard_disagreements", c.disagreements}};
+  // Not evaluated: null, never a 0 that reads like a result.
+  const auto or_null = [&](double v) { return info.evaluated ? json(v) : json(nullptr); };
+  an.summary["test_loss"] = or_null(info.test_loss);
+  an.summary["test_acc"] = or_null(info.test_acc);
+  an.summary["test_loss_ema"] = or_null(info.test_loss_ema);
+  an.summary["test_acc_ema"] = or_null(info.test_acc_ema);
   // Which time axis the records' times are on (wall, virtual, simulated).
   an.summary["clock"] =
       !steps.empty() && !steps.front().clock.empty() ? steps.front().clock : "wall";
   return an;
 }
 
-std::vector<StepRecord> read_steps(const std::filesystem::path& path) {
-  const auto lines = read_jsonl(path);
+std::vector<StepRecord> read_steps(const std::filesystem::path& path, bool torn_tail_ok) {
+  const auto lines = read_jsonl(path, torn_tail_ok);
   std::vector<StepRecord> out;
   out.reserve(lines.size());
   for (std::size_t i = 0; i < lines.size(); ++i) {
@@ -244,26 +248,38 @@ RunInfo run_info_from_summary(const json& s) {
   i.wall_s = s.value("wall_s", 0.0);
   i.examples = s.value("examples", std::uint64_t{0});
   i.epochs = s.value("epochs", 0.0);
-  i.test_loss = s.value("test_loss", 0.0);
-  i.test_acc = s.value("test_acc", 0.0);
-  i.test_loss_ema = s.value("test_loss_ema", 0.0);
-  i.test_acc_ema = s.value("test_acc_ema", 0.0);
+  // Older summaries wrote 0 for a run that was not evaluated; theirs say
+  // final_eval "none: ...".
+  const auto number = [&](const char* key) {
+    const auto it = s.find(key);
+    return it != s.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  const auto acc = s.find("test_acc");
+  i.evaluated = acc != s.end() && acc->is_number() && !s.contains("final_eval");
+  i.test_loss = number("test_loss");
+  i.test_acc = number("test_acc");
+  i.test_loss_ema = number("test_loss_ema");
+  i.test_acc_ema = number("test_acc_ema");
   return i;
 }
 
-std::string format_report(const RunAnalysis& an, const std::vector<json>& evals) {
+std::string format_report(const RunAnalysis& an, const std::vector<json>& evals,
+                          const std::string& incomplete) {
   const json& s = an.summary;
   std::ostringstream os;
   char buf[256];
+  if (!incomplete.empty()) os << "INCOMPLETE: " << incomplete << "\n";
   std::snprintf(
       buf, sizeof(buf), "mode %s   N = %d   b = %d   shards = %d   workers = %d   batch %lld\n",
       s["mode"].get<std::string>().c_str(), s["N"].get<int>(), s["b"].get<int>(), s["S"].get<int>(),
       s["workers"].get<int>(), static_cast<long long>(s["batch"].get<std::int64_t>()));
   os << buf;
-  std::snprintf(
-      buf, sizeof(buf), "updates %zu in %.1fs: %.2f steps/s, %.0f examples/s (%.2f epochs)\n",
-      s["steps"].get<std::size_t>(), s["wall_s"].get<double>(), s["steps_per_s"].get<double>(),
-      s["examples_per_s"].get<double>(), s["epochs"].get<double>());
+  const double epochs = s["epochs"].get<double>();
+  char epochs_text[48] = "epochs unknown";
+  if (epochs >= 0.0) std::snprintf(epochs_text, sizeof(epochs_text), "%.2f epochs", epochs);
+  std::snprintf(buf, sizeof(buf), "updates %zu in %.1fs: %.2f steps/s, %.0f examples/s (%s)\n",
+                s["steps"].get<std::size_t>(), s["wall_s"].get<double>(),
+                s["steps_per_s"].get<double>(), s["examples_per_s"].get<double>(), epochs_text);
   os << buf;
   std::snprintf(buf, sizeof(buf),
                 "step time (s): p50 %.4f  p90 %.4f  max %.4f   worker compute p50 %.4f   "
@@ -321,11 +337,19 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals)
       os << buf;
     }
   }
-  std::snprintf(buf, sizeof(buf),
-                "final test accuracy: theta %.2f%%   EMA %.2f%%   (test loss %.4f)\n",
-                100 * s["test_acc"].get<double>(), 100 * s["test_acc_ema"].get<double>(),
-                s["test_loss"].get<double>());
-  os << buf;
+  if (s["test_acc"].is_number()) {
+    std::snprintf(buf, sizeof(buf),
+                  "final test accuracy: theta %.2f%%   EMA %.2f%%   (test loss %.4f)\n",
+                  100 * s["test_acc"].get<double>(), 100 * s["test_acc_ema"].get<double>(),
+                  s["test_loss"].get<double>());
+    os << buf;
+  } else {
+    os << "final test accuracy: not evaluated"
+       << (!incomplete.empty()                   ? " (the run did not complete)"
+           : s.value("clock", "") == "simulated" ? " (a simulation trains nothing)"
+                                                 : "")
+       << "\n";
+  }
   return os.str();
 }
 

@@ -1,4 +1,4 @@
-// What a run's records say (DESIGN.md §7): step-time percentiles, the time
+// What a run's records say (docs/design.md §7): step-time percentiles, the time
 // to collect the k-th of K gradients (the paper's Figure 3 in numbers), drops
 // per worker, staleness, cross-shard disagreement. Used for summary.json at
 // the end of a run and by `syncopt report RUN_DIR` afterwards.
@@ -21,7 +21,10 @@ struct RunInfo {
   std::int64_t batch = 0;
   double wall_s = 0.0;
   std::uint64_t examples = 0;
-  double epochs = 0.0;
+  double epochs = 0.0;  // < 0: unknown (a run read from its records alone)
+  // Whether the final parameters were evaluated (not in a run that stopped
+  // or failed, nor in a simulation): summary.json's test_* are null if not.
+  bool evaluated = false;
   double test_loss = 0.0, test_acc = 0.0, test_loss_ema = 0.0, test_acc_ema = 0.0;
 };
 
@@ -30,13 +33,16 @@ struct RunAnalysis {
 };
 
 // Reads a JSON Lines file; DataError naming the file and line on a bad line,
-// MissingInputError when absent.
-std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
+// MissingInputError when absent. torn_tail_ok: a last line without its
+// newline that is not JSON (a run still writing, or killed mid-write) is
+// left out instead.
+std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path,
+                                       bool torn_tail_ok = false);
 
 RunAnalysis analyze(const std::vector<StepRecord>& steps, const RunInfo& info);
 
 // Every record of a steps.jsonl (DataError naming the file and record).
-std::vector<StepRecord> read_steps(const std::filesystem::path& path);
+std::vector<StepRecord> read_steps(const std::filesystem::path& path, bool torn_tail_ok = false);
 
 // Analyses <run_dir>/steps.jsonl, adds the `extra` fields and writes
 // summary.json atomically; returns the analysis (for the report).
@@ -46,7 +52,10 @@ RunAnalysis write_summary(const std::filesystem::path& run_dir, const RunInfo& i
 // RunInfo back from a summary.json written by analyze() or the local trainer.
 RunInfo run_info_from_summary(const nlohmann::json& summary);
 
-// The human-readable report (what `syncopt report` prints).
-std::string format_report(const RunAnalysis& an, const std::vector<nlohmann::json>& evals);
+// The human-readable report (what `syncopt report` prints). `incomplete`:
+// why the run has no final result (it stopped, failed, or has no
+// summary.json), printed first; empty for a completed run.
+std::string format_report(const RunAnalysis& an, const std::vector<nlohmann::json>& evals,
+                          const std::string& incomplete = "");
 
 }  // namespace syncopt::metrics

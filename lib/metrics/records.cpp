@@ -266,6 +266,9 @@ void Progress::update(std::int64_t step, double epoch, double loss, double examp
       text.resize(static_cast<std::size_t>(m_columns - 1));
     }
     draw_status_line(text);
+    // The last step's line stays: a final note (the evaluation, the
+    // summary) would otherwise erase it.
+    if (step == m_total) end_status_line();
   } else if (step % m_every == 0 || step == m_total) {
     std::snprintf(
         line, sizeof(line),
@@ -280,6 +283,8 @@ void Progress::update(std::int64_t step, double epoch, double loss, double examp
 // update draws it again below the note.
 void Progress::note(const std::string& line) { spdlog::info("{}", line); }
 
+// The line as last drawn stays on the screen (a run that ends before its
+// planned last step, or stops).
 void Progress::finish() {
   if (m_live) end_status_line();
 }

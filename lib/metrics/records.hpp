@@ -1,4 +1,4 @@
-// The run directory and its record files (DESIGN.md §8): config.toml,
+// The run directory and its record files (docs/design.md §8): config.toml,
 // steps.jsonl, eval.jsonl, summary.json. A run never overwrites an existing
 // run directory unless asked.
 #pragma once

@@ -1,7 +1,10 @@
 // Step records and evaluations as TensorBoard events (see run_board.hpp).
 #include "metrics/run_board.hpp"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
+#include <sstream>
 
 namespace syncopt::metrics {
 
@@ -61,6 +64,48 @@ void RunBoard::eval(const EvalScalars& e) {
   m_writer.scalar("eval/test_acc_ema", step, e.test_acc_ema, wall);
   m_writer.scalar("eval/test_loss", step, e.test_loss, wall);
   m_writer.scalar("eval/test_loss_ema", step, e.test_loss_ema, wall);
+}
+
+namespace {
+
+// "    " before every line: a Markdown code block, so that the Text tab
+// shows the TOML as written.
+std::string code_block(const std::string& text) {
+  std::istringstream in(text);
+  std::string out;
+  for (std::string line; std::getline(in, line);) out += "    " + line + "\n";
+  return out;
+}
+
+}  // namespace
+
+void RunBoard::describe_run(const config::Config& cfg, const std::string& command) {
+  const std::string toml_text = config::to_toml(cfg);
+  const double wall = m_clock.unix_s(0.0);
+  m_writer.text("run/config", 0, code_block(toml_text), wall);
+  m_writer.text("run/command", 0, command, wall);
+  // Typed values from the config's own TOML: numbers, strings, booleans;
+  // a list (stragglers.workers) as its TOML text.
+  std::map<std::string, TensorBoardWriter::HParam> hp;
+  const toml::table doc = toml::parse(toml_text);
+  for (const auto& [section, table] : doc) {
+    if (!table.is_table()) continue;
+    for (const auto& [key, node] : *table.as_table()) {
+      const std::string name = std::string(section.str()) + "." + std::string(key.str());
+      if (const auto b = node.value_exact<bool>()) {
+        hp[name] = *b;
+      } else if (node.is_number()) {
+        hp[name] = *node.value<double>();
+      } else if (const auto s = node.value_exact<std::string>()) {
+        hp[name] = *s;
+      } else if (const auto* list = node.as_array()) {
+        std::ostringstream os;
+        os << *list;
+        hp[name] = os.str();
+      }
+    }
+  }
+  m_writer.hparams(hp, cfg.run.name, wall, wall);
 }
 
 std::shared_ptr<RunBoard> open_run_board(const config::RunConfig& run,

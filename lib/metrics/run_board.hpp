@@ -18,6 +18,12 @@
 //                          since the step's start), accepted or dropped
 // Per evaluation, at its step:
 //   eval/test_acc, eval/test_acc_ema, eval/test_loss, eval/test_loss_ema
+// Once, at the start of a launch (rank 0), at step 0:
+//   run/config             text: the resolved config.toml
+//   run/command            text: the command line, the build and the host
+//   hparams                every config key (section.key) as a
+//                          hyperparameter of the HParams tab, one session
+//                          named after the run
 #pragma once
 
 #include <cstdint>
@@ -55,6 +61,9 @@ class RunBoard {
 
   void step(const StepRecord& r);
   void eval(const EvalScalars& e);
+  // The resolved config as text and as hparams, and `command` (a Markdown
+  // line or two: the command line, build, host) as text.
+  void describe_run(const config::Config& cfg, const std::string& command);
   void flush() { m_writer.flush(); }
   const std::filesystem::path& path() const { return m_writer.path(); }
 

@@ -1,4 +1,4 @@
-// The step record (DESIGN.md §8 steps.jsonl): one per applied update per
+// The step record (docs/design.md §8 steps.jsonl): one per applied update per
 // shard, in every mode, with every gradient that reached the shard during
 // the step. One type and one writer, so local, allreduce and parameter-server
 // records cannot drift apart.

@@ -289,6 +289,54 @@ void TensorBoardWriter::histogram(const std::string& name, std::int64_t step,
   m_impl->write_event();
 }
 
+void TensorBoardWriter::text(const std::string& name, std::int64_t step,
+                             const std::string& markdown, double wall_time) {
+  constexpr int kDtString = 7;
+  tb::Event& e = m_impl->event;
+  e.Clear();
+  e.set_wall_time(wall_time);
+  e.set_step(step);
+  tb::Summary::Value* v = e.mutable_summary()->add_value();
+  v->set_tag(name);
+  v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
+  tb::TensorProto* t = v->mutable_tensor();
+  t->set_dtype(kDtString);
+  t->mutable_tensor_shape();  // a scalar: a shape without dimensions
+  t->add_string_val(markdown);
+  m_impl->write_event();
+}
+
+void TensorBoardWriter::hparams(const std::map<std::string, HParam>& values,
+                                const std::string& group, double start_time, double wall_time) {
+  constexpr int kDtFloat = 1;
+  tb::HParamsPluginData data;
+  data.set_version(0);
+  tb::SessionStartInfo* info = data.mutable_session_start_info();
+  info->set_group_name(group);
+  info->set_start_time_secs(start_time);
+  for (const auto& [key, value] : values) {
+    tb::HParamValue& out = (*info->mutable_hparams())[key];
+    if (const auto* d = std::get_if<double>(&value)) out.set_number_value(*d);
+    if (const auto* s = std::get_if<std::string>(&value)) out.set_string_value(*s);
+    if (const auto* b = std::get_if<bool>(&value)) out.set_bool_value(*b);
+  }
+  tb::Event& e = m_impl->event;
+  e.Clear();
+  e.set_wall_time(wall_time);
+  e.set_step(0);
+  tb::Summary::Value* v = e.mutable_summary()->add_value();
+  // The plugin finds a session by this tag; its value is a null tensor
+  // (float, one dimension of size 0), the data is in the metadata.
+  v->set_tag("_hparams_/session_start_info");
+  auto* plugin = v->mutable_metadata()->mutable_plugin_data();
+  plugin->set_plugin_name("hparams");
+  plugin->set_content(data.SerializeAsString());
+  tb::TensorProto* t = v->mutable_tensor();
+  t->set_dtype(kDtFloat);
+  t->mutable_tensor_shape()->add_dim()->set_size(0);
+  m_impl->write_event();
+}
+
 void TensorBoardWriter::flush() { m_impl->flush(); }
 
 const fs::path& TensorBoardWriter::path() const { return m_impl->path; }

@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace syncopt::metrics {
@@ -78,6 +80,15 @@ class TensorBoardWriter {
   void scalar(const std::string& name, std::int64_t step, double value, double wall_time);
   void histogram(const std::string& name, std::int64_t step, const std::vector<double>& values,
                  double wall_time);
+  // A text summary (TensorBoard's Text tab renders it as Markdown), as
+  // upstream's text_pb() writes one: a string tensor, plugin "text".
+  void text(const std::string& name, std::int64_t step, const std::string& markdown,
+            double wall_time);
+  // The run's hyperparameters for the HParams tab (its session start info:
+  // one session named `group`), as upstream's hparams_pb() writes them.
+  using HParam = std::variant<double, std::string, bool>;
+  void hparams(const std::map<std::string, HParam>& values, const std::string& group,
+               double start_time, double wall_time);
   void flush();
 
   const std::filesystem::path& path() const;

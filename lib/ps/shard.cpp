@@ -1,4 +1,4 @@
-// The parameter-server shard loop (see shard.hpp and DESIGN.md §3, §4, §10).
+// The parameter-server shard loop (see shard.hpp and docs/design.md §3, §4, §10).
 #include "ps/shard.hpp"
 
 #include <spdlog/spdlog.h>

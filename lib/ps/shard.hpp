@@ -1,4 +1,4 @@
-// The parameter-server shard (DESIGN.md §3, §4, §10): a thin MPI loop around
+// The parameter-server shard (docs/design.md §3, §4, §10): a thin MPI loop around
 // ShardCore. It keeps one receive posted per worker (and one for the
 // evaluator and each other shard), feeds gradients to the core, applies the
 // optimiser to its slice when an update is due, answers pulls under the

@@ -1,4 +1,4 @@
-// The discrete-event simulation of a parameter-server cluster (DESIGN.md
+// The discrete-event simulation of a parameter-server cluster (docs/design.md
 // §10, `syncopt simulate`): K workers and S shards run the real loops'
 // protocol in simulated seconds, and every decision (accept, drop, apply,
 // answer a pull) is taken by the same ps::ShardCore as in a real run, on

@@ -1,4 +1,4 @@
-// Distributed training in phases (see distributed.hpp, DESIGN.md §2-§4, §8, §10):
+// Distributed training in phases (see distributed.hpp, docs/design.md §2-§4, §8, §10):
 //   1. inputs   every rank loads the data; all agree that it worked
 //   2. compute  workers and the evaluating rank build their network
 //   3. outputs  rank 0 opens the run directory; the eval writer its log
@@ -46,9 +46,12 @@ using layout::Role;
 
 // What a rank knows once the job is set up; filled in phase by phase.
 struct Job {
-  Job(const config::Config& c, const Compute& comp) : cfg(c), compute(comp) {}
+  Job(const config::Config& c, const Compute& comp, const Invocation& i)
+      : cfg(c), compute(comp), inv(i) {}
   const config::Config& cfg;
   const Compute& compute;
+  const Invocation& inv;
+  RunJournal journal;  // rank 0: run.json
   int rank = 0, world = 1;
   // One duplicate per concern: gradients and parameters, control, heartbeats.
   comm::Communicator data_comm, ctrl_comm, live_comm;
@@ -161,7 +164,10 @@ void open_outputs(Job& job) {
   const auto& cfg = job.cfg;
   job.run_dir = std::filesystem::path(cfg.run.dir) / cfg.run.name;
   comm::agree(job.ctrl(), [&] {
-    if (job.rank == 0) open_run_dir(cfg);
+    if (job.rank != 0) return;
+    open_run_dir(cfg);
+    job.journal =
+        RunJournal(job.run_dir, cfg.run.name, job.inv, {job.peers, job.roles}, cfg.run.resume);
   });
   comm::agree(job.ctrl(), [&] {
     if (!cfg.run.resume) return;
@@ -194,6 +200,7 @@ void open_outputs(Job& job) {
                               std::filesystem::file_size(job.run_dir / "steps.jsonl"))
                         : metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
       board = metrics::open_run_board(cfg.run, job.run_dir, "steps", job.clock);
+      if (board) board->describe_run(cfg, describe_invocation(job.inv));
       job.steps->set_board(board);
     }
     if (job.rank == job.eval_writer) {
@@ -521,12 +528,14 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   info.wall_s = out.wall_s;
   info.examples = out.examples;
   info.epochs = static_cast<double>(out.examples) / job.plan.train_count;
+  info.evaluated = fe.done;
   info.test_loss = fe.theta.loss;
   info.test_acc = fe.theta.accuracy;
   info.test_loss_ema = fe.ema.loss;
   info.test_acc_ema = fe.ema.accuracy;
   nlohmann::json extra = out.outcome.to_json();
   extra["lost_workers"] = out.lost_workers;
+  job.journal.finish(out.outcome);
   if (!fe.done) extra["final_eval"] = "none: the run did not complete";
   const auto an = metrics::write_summary(job.run_dir, info, extra);
   return metrics::format_report(an, metrics::read_jsonl(job.run_dir / "eval.jsonl"));
@@ -592,8 +601,9 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
 
 }  // namespace
 
-DistributedResult run_distributed(const config::Config& cfg, const Compute& compute, bool quiet) {
-  Job job(cfg, compute);
+DistributedResult run_distributed(const config::Config& cfg, const Compute& compute, bool quiet,
+                                  const Invocation& inv) {
+  Job job(cfg, compute, inv);
   SYNCOPT_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &job.rank));
   SYNCOPT_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &job.world));
   job.peers = comm::gather_peers(job.ctrl());

@@ -12,6 +12,7 @@
 #include "config/config.hpp"
 #include "train/compute.hpp"
 #include "train/run_dir.hpp"
+#include "train/run_meta.hpp"
 
 namespace syncopt::train {
 
@@ -32,6 +33,8 @@ struct DistributedResult {
 // code. Afterwards a rank's error is its own; a dead peer is reported as an
 // UnavailableError (69) by the ranks that need it, and recorded in
 // summary.json by rank 0 when it survives.
-DistributedResult run_distributed(const config::Config& cfg, const Compute& compute, bool quiet);
+// `inv` goes into run.json (run_meta.hpp), written by rank 0.
+DistributedResult run_distributed(const config::Config& cfg, const Compute& compute, bool quiet,
+                                  const Invocation& inv = {});
 
 }  // namespace syncopt::train

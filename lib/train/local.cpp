@@ -53,7 +53,8 @@ replica::StalenessOptions staleness_options(const config::Config& cfg) {
 
 class LocalTrainer {
  public:
-  LocalTrainer(const config::Config& cfg, const Compute& compute, bool quiet);
+  LocalTrainer(const config::Config& cfg, const Compute& compute, bool quiet,
+               const Invocation& inv);
   LocalResult run();
 
  private:
@@ -66,6 +67,7 @@ class LocalTrainer {
   void write_summary(const Outcome& outcome);
 
   const config::Config& m_cfg;
+  const Invocation& m_inv;
   const int m_batch;
   const bool m_use_ema;
   const bool m_quiet;
@@ -84,6 +86,7 @@ class LocalTrainer {
   std::unique_ptr<replica::ParamHistory> m_history;
 
   LocalResult m_result;
+  RunJournal m_journal;  // run.json
   std::unique_ptr<metrics::StepLog> m_steps;
   std::unique_ptr<metrics::JsonlWriter> m_eval_file;
   std::unique_ptr<EvalLog> m_eval;
@@ -99,8 +102,10 @@ class LocalTrainer {
 };
 
 // Everything that can fail on input happens before any output exists.
-LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bool quiet)
+LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bool quiet,
+                           const Invocation& inv)
     : m_cfg(cfg),
+      m_inv(inv),
       m_batch(static_cast<int>(cfg.train.batch)),
       m_use_ema(cfg.optim.ema > 0.0),
       m_quiet(quiet),
@@ -161,6 +166,8 @@ LocalResult LocalTrainer::run() {
 std::uint64_t LocalTrainer::open_outputs() {
   m_result.run_dir = open_run_dir(m_cfg);
   const auto& dir = m_result.run_dir;
+  m_journal =
+      RunJournal(dir, m_cfg.run.name, m_inv, {{}, layout::make_roles(m_cfg, 1)}, m_cfg.run.resume);
   double wall_s = 0.0;
   if (m_cfg.run.resume) {
     const checkpoint::Checkpoint ck = checkpoint::load_latest(dir, {kPart});
@@ -184,6 +191,7 @@ std::uint64_t LocalTrainer::open_outputs() {
                              m_cfg.run.seed);
   // One TensorBoard file for the steps and evaluations (tb/, see run_board.hpp).
   const auto board = metrics::open_run_board(m_cfg.run, dir, "steps", m_clock);
+  if (board) board->describe_run(m_cfg, describe_invocation(m_inv));
   m_steps->set_board(board);
   m_eval->set_board(board);
   spdlog::info("run directory: {}", dir.string());
@@ -339,14 +347,15 @@ void LocalTrainer::restore(const checkpoint::State& s) {
 void LocalTrainer::finish(const Outcome& outcome) {
   m_replica->copy_theta(m_theta.data());
   m_replica->copy_ema(m_ema.data());
+  m_progress->finish();  // before the final note, which would erase a live line
   if (outcome.status() == RunStatus::kCompleted) {
     const EvalPoint p = m_eval->run(m_plan.total_steps, m_examples, m_theta.data(), m_ema.data());
     m_eval_s += p.eval_s;
     m_progress->note(m_eval->describe(p));
     m_result.final_eval = p.theta;
     m_result.final_eval_ema = p.ema;
+    m_result.evaluated = true;
   }
-  m_progress->finish();
   m_steps->flush();
   m_eval_file->flush();
   m_result.outcome = outcome;
@@ -369,6 +378,7 @@ void LocalTrainer::write_summary(const Outcome& outcome) {
   info.wall_s = m_clock.now();
   info.examples = m_examples;
   info.epochs = static_cast<double>(m_examples) / m_plan.train_count;
+  info.evaluated = m_result.evaluated;
   info.test_loss = m_result.final_eval.loss;
   info.test_acc = m_result.final_eval.accuracy;
   info.test_loss_ema = m_result.final_eval_ema.loss;
@@ -389,6 +399,7 @@ void LocalTrainer::write_summary(const Outcome& outcome) {
                                     {"history_nbytes", m_history->nbytes()}};
   }
   extra.update(outcome.to_json());
+  m_journal.finish(outcome);
   if (outcome.status() == RunStatus::kFailed) {
     try {
       m_steps->flush();
@@ -403,8 +414,9 @@ void LocalTrainer::write_summary(const Outcome& outcome) {
 
 }  // namespace
 
-LocalResult run_local(const config::Config& cfg, const Compute& compute, bool quiet) {
-  LocalTrainer trainer(cfg, compute, quiet);
+LocalResult run_local(const config::Config& cfg, const Compute& compute, bool quiet,
+                      const Invocation& inv) {
+  LocalTrainer trainer(cfg, compute, quiet, inv);
   return trainer.run();
 }
 

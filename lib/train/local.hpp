@@ -10,6 +10,7 @@
 #include "train/compute.hpp"
 #include "train/evaluation.hpp"
 #include "train/run_dir.hpp"
+#include "train/run_meta.hpp"
 
 namespace syncopt::train {
 
@@ -20,6 +21,7 @@ struct LocalResult {
   std::int64_t examples = 0;
   double wall_s = 0.0;
   double examples_per_s = 0.0;  // training loop only, evaluation excluded
+  bool evaluated = false;       // the final parameters were tested (a completed run)
   EvalResult final_eval;
   EvalResult final_eval_ema;
 };
@@ -30,6 +32,8 @@ struct LocalResult {
 // writes config.toml, steps.jsonl, eval.jsonl, params.f32, params_ema.f32
 // and, last, summary.json. A failure is recorded in summary.json and thrown.
 // `quiet` silences the progress line.
-LocalResult run_local(const config::Config& cfg, const Compute& compute, bool quiet);
+// `inv` goes into run.json (run_meta.hpp).
+LocalResult run_local(const config::Config& cfg, const Compute& compute, bool quiet,
+                      const Invocation& inv = {});
 
 }  // namespace syncopt::train

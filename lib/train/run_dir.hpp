@@ -1,7 +1,7 @@
 // The run directory at start: created for a new run, or, for a resumed one
 // (run.resume = true), checked to be the same experiment and cleaned of what
 // an interrupted checkpoint save left behind. And the outcome every run
-// records in summary.json (DESIGN.md §10).
+// records in summary.json (docs/design.md §10).
 #pragma once
 
 #include <filesystem>

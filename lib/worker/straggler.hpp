@@ -1,4 +1,4 @@
-// Seeded straggler injection (DESIGN.md §7): the extra delay a worker waits
+// Seeded straggler injection (docs/design.md §7): the extra delay a worker waits
 // after computing its gradient for a step, so that runs with stragglers are
 // reproducible. The delay depends only on (seed, worker, step) and the
 // step's measured compute time.

@@ -1,4 +1,4 @@
-// The worker loop (see worker.hpp and DESIGN.md §3, §4, §10).
+// The worker loop (see worker.hpp and docs/design.md §3, §4, §10).
 #include "worker/worker.hpp"
 
 #include <spdlog/spdlog.h>

@@ -61,5 +61,19 @@ expect lines "run.progress=lines at a terminal" "$WORK/6"
 expect live "run.progress=live into a file" "$WORK/7"
 # The live line ends with a newline before the report: nothing is drawn over.
 grep -q "final test accuracy\|test accuracy" "$WORK/3" || { echo "FAIL: no report after the live line"; fail=1; }
+# The last step's line stays on the screen: after "step 300/300" comes a
+# newline, not the erase ("\r\e[K") that a final log line would do first.
+for f in 1 3; do
+  python3 - "$WORK/$f" <<'PY' || fail=1
+import re, sys
+data = open(sys.argv[1], "rb").read()
+last = list(re.finditer(rb"\rstep 300/300 [^\r\n]*\x1b\[K", data))
+after = data[last[-1].end():last[-1].end() + 4] if last else b""
+ok = after.startswith(b"\n") or after.startswith(b"\r\n")
+print(("ok  " if ok else "FAIL") + f" {sys.argv[1]}: the final line " +
+      ("stays" if ok else f"is followed by {after!r}" if last else "was never drawn"))
+sys.exit(0 if ok else 1)
+PY
+done
 ((fail)) && exit 1
 echo "PASS"

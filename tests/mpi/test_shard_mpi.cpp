@@ -90,6 +90,12 @@ struct ScriptedWorker {
 void fast_worker(ScriptedWorker& w, MPI_Comm side) {
   w.send(Kind::kPull, comm::kAnyVersion);
   bool more = w.receive();
+  if (w.worker == 0) {
+    // Step 0 cannot close before the slow worker holds version 0 (else its
+    // first answer could already be version 1, and its gradient fresh).
+    int holds = 0;
+    SYNCOPT_CHECK_MPI(MPI_Recv(&holds, 1, MPI_INT, 1 + kSlow, kTagAck, side, MPI_STATUS_IGNORE));
+  }
   while (more) {
     w.send(Kind::kGrad, w.version);
     more = w.receive();
@@ -111,6 +117,9 @@ void fast_worker(ScriptedWorker& w, MPI_Comm side) {
 void slow_worker(ScriptedWorker& w, MPI_Comm side, bool& ok) {
   w.send(Kind::kPull, comm::kAnyVersion);
   bool more = w.receive();
+  ok = ok && more && w.version == 0;
+  const int holds = 1;
+  SYNCOPT_CHECK_MPI(MPI_Send(&holds, 1, MPI_INT, 1, kTagAck, side));
   while (more) {
     // Worker 0 holds a newer version than this worker's: the shard is past
     // it, so this gradient is late.

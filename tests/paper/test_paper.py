@@ -3,8 +3,9 @@
 synthetic run directories whose answers are known:
 
     test_paper.py numbers          scripts/runlib.py and scripts/paper/tables.py
-    test_paper.py plots            scripts/plot.py --compare and single-run plots (exit 77
-                                   without matplotlib: skipped, never passed)
+    test_paper.py plots            scripts/plot.py --compare and single-run plots, checked
+                                   from what the figures draw (--data), not their pixels
+                                   (exit 77 without matplotlib: skipped, never passed)
     test_paper.py sweeps SYNCOPT   every line of configs/sweeps/paper-*.txt is a valid
                                    `syncopt train` command line (--dry-run), names unique
 """
@@ -73,11 +74,45 @@ def virtual_run(root, name, step_s, accs, b="1", model="bernoulli", seed=1, ns=N
         t += dt
     evals = [{"step": i, "wall_s": 1000.0 + i, "test_acc": a - 0.01, "test_acc_ema": a}
              for i, a in enumerate(accs, 1)]
-    cfg = (f'[run]\nseed = {seed}\n[train]\nclock = "virtual"\nbackups = '
+    cfg = (f'[run]\nseed = {seed}\n[train]\nmode = "sync"\nclock = "virtual"\nbackups = '
            f'{json.dumps(b) if b == "auto" else b}\n[stragglers]\nmodel = "{model}"\n')
     return write_run(root, name, {"mode": "sync", "N": 2, "b": 0 if b == "auto" else int(b),
                                   "workers": 3, "clock": "virtual", "status": "completed"},
                      steps, evals, cfg)
+
+
+def test_partial(root):
+    """Runs without summary.json are read from their records, with the verdict."""
+    d = virtual_run(root, "partial", [1.0, 1.0, 1.0], [0.5, 0.6, 0.7])
+    os.remove(os.path.join(d, "summary.json"))
+    # Killed mid-write: a torn last line is left out, not an error.
+    with open(os.path.join(d, "steps.jsonl"), "a") as f:
+        f.write('{"step": 4, "shard": 0, "t_st')
+    run = runlib.Run(d)
+    check(len(run.shard0) == 3, f"the torn record is left out: {len(run.shard0)} records")
+    check(run.status == "unknown" and run.incomplete and "no summary.json (and no run.json)" in
+          run.why, f"no run.json: {run.status}: {run.why}")
+    check(run.mode == "sync" and run.n == 2 and run.workers == 3 and run.b == 1,
+          f"mode, N, workers, b from config and records: {run.mode} {run.n} {run.workers} {run.b}")
+    # run.json names this host and a pid that is not syncopt: killed.
+    import socket
+    with open(os.path.join(d, "run.json"), "w") as f:
+        json.dump({"launches": [{"host": socket.gethostname(), "pid": os.getpid(),
+                                 "layout": {"mode": "sync", "workers": 5, "N": 4, "b": 1}}]}, f)
+    os.makedirs(os.path.join(d, "checkpoints"))
+    with open(os.path.join(d, "checkpoints", "latest"), "w") as f:
+        f.write("2\n")
+    run = runlib.Run(d)
+    check(run.status == "killed" and "is gone" in run.why and "step 2" in run.why,
+          f"killed: {run.status}: {run.why}")
+    check(run.workers == 5 and run.n == 4 and run.b == 1, "layout from run.json")
+    check("killed" in run.label(), f"the label says so: {run.label()}")
+    # A stopped run has a summary that says so.
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump({"mode": "sync", "status": "stopped", "stopped": "SIGTERM at step 3",
+                   "exit_code": 75}, f)
+    run = runlib.Run(d)
+    check(run.status == "stopped" and "SIGTERM at step 3" in run.why, f"stopped: {run.why}")
 
 
 def test_numbers(root):
@@ -194,6 +229,67 @@ def test_plots(root):
           os.path.exists(os.path.join(a, "kth_gradient_cdf.png")), f"single run: {p.stderr}")
     p = subprocess.run([sys.executable, plot, a, b], capture_output=True, text=True)
     check(p.returncode != 0 and "--compare" in p.stderr, "two runs without --compare: usage error")
+
+    # A run 40 points behind the other (async against sync in the paper's
+    # main figure): both curves must be in view, each with its best and
+    # its last evaluation inside the accuracy axis.
+    fast = virtual_run(root, "fast", [1.0] * 4, [0.80, 0.90, 0.95, 0.96])
+    slow = virtual_run(root, "slow", [1.0] * 4, [0.30, 0.45, 0.52, 0.55])
+    data = os.path.join(root, "cmp2.json")
+    p = subprocess.run([sys.executable, plot, "--compare", fast, slow, "--out",
+                        os.path.join(root, "cmp2"), "--dpi", "30", "--data", data],
+                       capture_output=True, text=True)
+    check(p.returncode == 0, f"plot.py --compare --data: {p.stderr}")
+    drawn = json.load(open(data))["figures"] if os.path.exists(data) else {}
+    acc_axes = drawn.get("compare_accuracy.png", [])
+    check(len(acc_axes) == 2, f"compare_accuracy.png has 2 axes, got {len(acc_axes)}")
+    for ax in acc_axes:
+        lo, hi = ax["ylim"]
+        for name, accs in (("fast", [80, 90, 95, 96]), ("slow", [30, 45, 52, 55])):
+            curves = [c for c in ax["curves"] if c["label"].startswith(name + ":")]
+            check(len(curves) == 1, f"{ax['xlabel']}: one curve for {name}, got {len(curves)}")
+            if not curves:
+                continue
+            ys = curves[0]["y"]
+            check([round(y) for y in ys] == accs, f"{name}: drawn accuracies {ys}")
+            shown = [y for y in ys if lo <= y <= hi]
+            check(max(accs) in [round(y) for y in shown] and round(ys[-1]) in
+                  [round(y) for y in shown],
+                  f"{ax['xlabel']}: {name}'s best and last accuracy ({max(accs)}, {accs[-1]}) "
+                  f"inside the axis {lo:.1f}..{hi:.1f}")
+
+    # One run: staleness apart for accepted and dropped gradients, whole
+    # ticks; step times on a log axis with labelled ticks.
+    p = subprocess.run([sys.executable, plot, a, "--dpi", "30", "--data", data],
+                       capture_output=True, text=True)
+    check(p.returncode == 0, f"plot.py RUN --data: {p.stderr}")
+    drawn = json.load(open(data))["figures"]
+    st = drawn.get("staleness.png", [{}])[0]
+    bars = {c["label"]: c for c in st.get("curves", []) if c["kind"] == "bars"}
+    check(sorted(bars) == ["accepted (applied)", "dropped (late)"], f"staleness bars {sorted(bars)}")
+    if len(bars) == 2:
+        # virtual_run: two accepted and one dropped gradient per step, 4 steps, staleness 0.
+        check(bars["accepted (applied)"]["y"] == [8.0] and bars["dropped (late)"]["y"] == [4.0],
+              f"staleness counts {bars}")
+    ticks = [t for t in st.get("xticks", []) + st.get("yticks", [])]
+    check(ticks and all(float(t).is_integer() for t in ticks), f"staleness ticks whole: {ticks}")
+    stp = drawn.get("step_times.png", [{}])[0]
+    labels = [t for t in stp.get("yticklabels", []) if t]
+    check(stp.get("yscale") == "log" and labels and not any("10^" in t for t in labels),
+          f"step_times.png: plain labels on a log axis, got {labels}")
+
+    # A run without summary.json (killed): plotted, and said to be incomplete.
+    killed = virtual_run(root, "killed", [1.0] * 3, [0.5, 0.6, 0.7])
+    os.remove(os.path.join(killed, "summary.json"))
+    with open(os.path.join(killed, "run.json"), "w") as f:
+        json.dump({"launches": [{"host": "elsewhere.example", "pid": 1,
+                                 "layout": {"mode": "sync", "workers": 3, "N": 2, "b": 1}}]}, f)
+    p = subprocess.run([sys.executable, plot, killed, "--dpi", "30"], capture_output=True,
+                       text=True)
+    check(p.returncode == 0 and os.path.exists(os.path.join(killed, "accuracy.png")),
+          f"plot.py on a run without summary.json: {p.returncode} {p.stderr}")
+    check("INCOMPLETE" in p.stderr and "no summary.json" in p.stderr and "elsewhere.example" in
+          p.stderr, f"plot.py says why the run is incomplete: {p.stderr}")
     p = subprocess.run([sys.executable, plot, "--compare", a, b, "--labels", "x"],
                        capture_output=True, text=True)
     check(p.returncode != 0, "--labels must have one label per run")
@@ -236,6 +332,7 @@ def main():
         rc = 0
         if what == "numbers":
             test_numbers(root)
+            test_partial(root)
         elif what == "plots":
             rc = test_plots(root)
         elif what == "sweeps":

@@ -51,7 +51,7 @@ fi
 
 # A private cluster: own state dir, ports and job ids, so that a user's
 # local cluster (default dir and ports) and their runs/ are left alone.
-unset SYNCOPT_LAUNCHER SYNCOPT_SRUN_MPI SYNCOPT_REQUEUE SYNCOPT_RUN_NAME SYNCOPT_HOME \
+unset SYNCOPT_LAUNCHER SYNCOPT_SRUN_MPI SYNCOPT_REQUEUE SYNCOPT_RUN_NAME SYNCOPT_HOME SYNCOPT_PS_NODE SYNCOPT_SETUP \
   SYNCOPT_BIN SYNCOPT_KILL_ON_BAD_EXIT SYNCOPT_MAX_RESTARTS SLURM_CONF
 WORK=$(mktemp -d /tmp/syncopt-slurm-test.XXXXXX)
 export SYNCOPT_SLURM_DIR=$WORK/cluster

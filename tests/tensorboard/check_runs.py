@@ -26,7 +26,11 @@ run's own records, value by value:
 
 and that TensorBoard's plugin multiplexer over DIR/runs (what `tensorboard
 --logdir DIR/runs` serves) lists the runs side by side with those tags, and
-no run for the one with run.tensorboard = false. Without the tensorboard
+no run for the one with run.tensorboard = false. Every trained run also
+describes itself once: its config.toml as the text run/config (Text tab),
+its command line as run/command, and every key of config.toml as an hparam
+of the HParams plugin's session (parsed with the plugin's own protobuf
+module), value by value. Without the tensorboard
 package this fails (read_events.py exits 1 on import): never a skip.
 """
 
@@ -44,7 +48,9 @@ import read_events  # noqa: E402  (exits 1 without tensorboard)
 from read_events import Failures, float32  # noqa: E402
 
 from tensorboard.backend.event_processing import plugin_event_multiplexer  # noqa: E402
+from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
+import tomllib  # noqa: E402
 
 STEP_SCALARS = [
     "train/loss",
@@ -227,6 +233,50 @@ def check_run(f, run_dir, name):
     return records
 
 
+def check_description(f, mux, run, run_dir):
+    """run/config, run/command and the hparams of one run, against config.toml."""
+    name = run.split("/")[0]
+    with open(os.path.join(run_dir, "config.toml")) as fh:
+        toml_text = fh.read()
+    texts = mux.PluginRunToTagToContent("text").get(run, {})
+    f.check(sorted(texts) == ["run/command", "run/config"], f"{name}: text tags {sorted(texts)}")
+    if "run/config" in texts:
+        events = mux.Tensors(run, "run/config")
+        f.check(len(events) == 1, f"{name}: run/config written {len(events)} times")
+        md = tensor_util.make_ndarray(events[0].tensor_proto).item().decode()
+        shown = "\n".join(line[4:] for line in md.split("\n"))
+        f.check(shown == toml_text, f"{name}: run/config is not config.toml:\n{md[:300]}")
+    if "run/command" in texts:
+        md = tensor_util.make_ndarray(mux.Tensors(run, "run/command")[0].tensor_proto).item()
+        f.check(b"syncopt" in md and b"git " in md, f"{name}: run/command says {md[:200]!r}")
+    content = mux.PluginRunToTagToContent("hparams").get(run, {})
+    f.check(list(content) == ["_hparams_/session_start_info"], f"{name}: hparams tags {list(content)}")
+    if not content:
+        return
+    data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    info = data.session_start_info
+    f.check(info.group_name == name, f"{name}: hparams session {info.group_name!r}")
+    cfg = tomllib.loads(toml_text)
+    want = {f"{sec}.{k}": v for sec, table in cfg.items() for k, v in table.items()}
+    got = dict(info.hparams)
+    f.check(sorted(got) == sorted(want), f"{name}: hparams keys differ: "
+            f"{sorted(set(got) ^ set(want))}")
+    for key, value in want.items():
+        if key not in got:
+            continue
+        g = got[key]
+        kind = g.WhichOneof("kind")
+        if isinstance(value, bool):
+            ok = kind == "bool_value" and g.bool_value == value
+        elif isinstance(value, (int, float)):
+            ok = kind == "number_value" and close(g.number_value, float(value))
+        elif isinstance(value, str):
+            ok = kind == "string_value" and g.string_value == value
+        else:  # a list, as its TOML text
+            ok = kind == "string_value" and json.loads(g.string_value) == value
+        f.check(ok, f"{name}: hparam {key} = {g} in TensorBoard, {value!r} in config.toml")
+
+
 def dashboard(f, runs_dir, names):
     """What `tensorboard --logdir runs_dir` serves: the plugin multiplexer."""
     mux = plugin_event_multiplexer.EventMultiplexer(
@@ -244,6 +294,8 @@ def dashboard(f, runs_dir, names):
         st, ht = sorted(scalars.get(run, {})), sorted(histos.get(run, {}))
         f.check(st == sorted(scalar_tags(run.split("/")[0])), f"dashboard {run}: scalars {st}")
         f.check(ht == HISTOGRAMS, f"dashboard {run}: histograms {ht}")
+        if run.split("/")[0] != "sim":
+            check_description(f, mux, run, os.path.join(runs_dir, run.split("/")[0]))
         loss = mux.Tensors(run, "train/loss") if "train/loss" in st else []
         acc = mux.Tensors(run, "eval/test_acc") if "eval/test_acc" in st else []
         span = loss[-1].wall_time - loss[0].wall_time if loss else 0.0

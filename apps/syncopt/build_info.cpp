@@ -1,0 +1,40 @@
+// What this binary is: its version and the git commit it was built from
+// (build_info.hpp, generated at every build by cmake/build_info.cmake), as
+// `syncopt --version` prints it, run.json records it and ranks compare it.
+#include "build_info.hpp"
+
+#include <filesystem>
+
+#include "commands.hpp"
+#include "config/include.hpp"
+
+namespace syncopt::app {
+
+const std::string kBuildId = std::string("syncopt ") + SYNCOPT_VERSION + " (git " +
+                             SYNCOPT_GIT_COMMIT + (SYNCOPT_GIT_DIRTY ? ", modified" : "") +
+                             ") built " + __DATE__ + " " + __TIME__;
+
+const char* const kVersion = SYNCOPT_VERSION;
+const char* const kGitCommit = SYNCOPT_GIT_COMMIT;
+const bool kGitDirty = SYNCOPT_GIT_DIRTY;
+
+syncopt::train::Invocation make_invocation(const std::vector<std::string>& argv,
+                                           const std::string& config_path,
+                                           const std::vector<std::string>& overrides) {
+  syncopt::train::Invocation inv;
+  inv.argv = argv;
+  inv.config_path = config_path;
+  // The config and every file it includes, base first, absolute.
+  for (const auto& f : syncopt::config::config_files(config_path)) {
+    std::error_code ec;
+    const auto abs = std::filesystem::absolute(f, ec);
+    inv.config_files.push_back(ec ? f : abs.lexically_normal().string());
+  }
+  inv.overrides = overrides;
+  inv.version = kVersion;
+  inv.git_commit = kGitCommit;
+  inv.git_dirty = kGitDirty;
+  return inv;
+}
+
+}  // namespace syncopt::app

@@ -1,0 +1,360 @@
+// run.json, the verdict on a run directory, and repeat names (see run_meta.hpp).
+#include "train/run_meta.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/checkpoint.hpp"
+#include "common/atomic_file.hpp"
+#include "common/error.hpp"
+#include "config/config.hpp"
+
+namespace syncopt::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+std::string host_name() {
+  std::array<char, 256> buf{};
+  if (gethostname(buf.data(), buf.size() - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf.data();
+}
+
+std::string first_line(const fs::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Who started this process: Open MPI's launchers (mpirun, or orted/prted on
+// other nodes), slurmstepd for srun, else nothing (a shell: one process).
+json launcher_json(int world) {
+  const std::string parent = first_line("/proc/" + std::to_string(getppid()) + "/comm");
+  std::string launcher = world == 1 ? "none" : "unknown";
+  for (const char* name : {"mpirun", "mpiexec", "orterun", "orted", "prterun", "prted"}) {
+    if (parent.starts_with(name)) launcher = "mpirun";
+  }
+  if (parent.starts_with("slurmstepd")) launcher = "srun";
+  json out = {{"launcher", launcher}, {"parent_process", parent}};
+  // The job as SLURM names it; only the variables that are set.
+  json slurm = json::object();
+  for (const char* var :
+       {"SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+        "SLURM_RESTART_COUNT", "SLURM_STEP_ID", "SLURM_JOB_NODELIST", "SLURM_NTASKS",
+        "SLURM_JOB_PARTITION", "SLURM_JOB_ACCOUNT", "SLURM_SUBMIT_DIR"}) {
+    if (const char* v = std::getenv(var)) slurm[std::string(var).substr(6)] = v;
+  }
+  if (!slurm.empty()) out["slurm"] = slurm;
+  return out;
+}
+
+json layout_json(const layout::Roles& roles) {
+  const auto& t = config::traits(roles.mode);
+  json l = {{"mode", config::mode_name(roles.mode)},
+            {"world", roles.world},
+            {"shards", roles.shards},
+            {"evaluator_rank", roles.evaluator_rank >= 0 ? json(roles.evaluator_rank) : json()},
+            {"workers", roles.workers},
+            {"N", roles.rule.n},
+            {"b", roles.rule.backups}};
+  if (t.has_backups && roles.rule.adaptive) l["b"] = "auto";
+  return l;
+}
+
+json files_json(const std::vector<std::string>& paths) {
+  json out = json::array();
+  for (const auto& p : paths) {
+    json f = {{"path", p}};
+    // The text as it was read: the file may change after the run.
+    try {
+      f["text"] = read_file_bytes(p);
+    } catch (const std::exception&) {
+      f["text"] = nullptr;
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::string age_text(double s) {
+  char buf[32];
+  if (s < 120) {
+    std::snprintf(buf, sizeof(buf), "%.0f s", s);
+  } else if (s < 7200) {
+    std::snprintf(buf, sizeof(buf), "%.0f min", s / 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f h", s / 3600);
+  }
+  return buf;
+}
+
+// Seconds since the newest of the records was written, or < 0.
+double record_age_s(const fs::path& run_dir) {
+  double best = -1.0;
+  for (const char* f : {"steps.jsonl", "eval.jsonl"}) {
+    std::error_code ec;
+    const auto t = fs::last_write_time(run_dir / f, ec);
+    if (ec) continue;
+    const double age = std::chrono::duration<double>(fs::file_time_type::clock::now() - t).count();
+    best = best < 0 ? age : std::min(best, age);
+  }
+  return best;
+}
+
+// The state letter of a live process whose command line names syncopt
+// ('R', 'S', 'T' stopped, ...), or 0 when there is none (a reused pid is
+// another program).
+char process_state(long pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream cmd(proc + "/cmdline", std::ios::binary);
+  if (!cmd) return 0;
+  std::stringstream text;
+  text << cmd.rdbuf();
+  if (text.str().find("syncopt") == std::string::npos) return 0;
+  const std::string stat = first_line(proc + "/stat");
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return 0;
+  return stat[close + 2];
+}
+
+}  // namespace
+
+std::string describe_invocation(const Invocation& inv) {
+  std::string cmd;
+  for (const auto& a : inv.argv) cmd += (cmd.empty() ? "" : " ") + a;
+  std::error_code ec;
+  return "    " + cmd + "\n\nsyncopt " + inv.version + " (git " + inv.git_commit +
+         (inv.git_dirty ? ", modified" : "") + "), on " + host_name() + " in " +
+         fs::current_path(ec).string() + ", " + utc_now() + "\n";
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, const Invocation& inv,
+                       const LaunchFacts& facts, bool resumed, const std::string& start_utc)
+    : m_path(run_dir / "run.json") {
+  if (resumed && fs::exists(m_path)) {
+    try {
+      m_doc = json::parse(read_file_bytes(m_path));
+    } catch (const std::exception& e) {
+      std::error_code ec;
+      fs::rename(m_path, run_dir / "run.json.bad", ec);
+      spdlog::warn("{} is not JSON ({}): kept as run.json.bad, a new one started", m_path.string(),
+                   e.what());
+      m_doc = json();
+    }
+  }
+  if (!m_doc.is_object() || !m_doc.contains("launches")) {
+    m_doc = {{"format", "syncopt-run"},
+             {"format_version", kFormatVersion},
+             {"name", run_name},
+             {"launches", json::array()}};
+  }
+  json ranks = json::array();
+  if (facts.ranks.empty()) {  // one process, no MPI job to ask
+    ranks.push_back({{"rank", 0},
+                     {"role", "local"},
+                     {"host", host_name()},
+                     {"pid", static_cast<int>(getpid())}});
+  }
+  for (std::size_t r = 0; r < facts.ranks.size(); ++r) {
+    ranks.push_back({{"rank", r},
+                     {"role", facts.roles.role_name(static_cast<int>(r))},
+                     {"host", facts.ranks[r].host},
+                     {"pid", facts.ranks[r].pid}});
+  }
+  std::error_code ec;
+  json launch = {
+      {"start_utc", start_utc.empty() ? utc_now() : start_utc},
+      {"end_utc", nullptr},
+      {"status", "running"},
+      {"exit_code", nullptr},
+      {"resumed", resumed},
+      {"argv", inv.argv},
+      {"cwd", fs::current_path(ec).string()},
+      {"config", inv.config_path},
+      {"config_files", files_json(inv.config_files)},
+      {"overrides", inv.overrides},
+      {"syncopt",
+       {{"version", inv.version}, {"git_commit", inv.git_commit}, {"git_modified", inv.git_dirty}}},
+      {"host", facts.ranks.empty() ? host_name() : facts.ranks[0].host},
+      {"pid", facts.ranks.empty() ? static_cast<int>(getpid()) : facts.ranks[0].pid},
+      {"ranks", ranks},
+      {"layout", layout_json(facts.roles)}};
+  if (!inv.repeat_of.empty()) launch["repeat_of"] = inv.repeat_of;
+  launch.update(launcher_json(facts.roles.world));
+  m_doc["launches"].push_back(launch);
+  write();
+}
+
+void RunJournal::write() const { write_file_atomic(m_path, m_doc.dump(2) + "\n"); }
+
+void RunJournal::finish(const Outcome& outcome) noexcept {
+  if (m_path.empty()) return;
+  try {
+    json& launch = m_doc["launches"].back();
+    launch["end_utc"] = utc_now();
+    launch["status"] = status_name(outcome.status());
+    launch["exit_code"] = static_cast<int>(outcome.exit_code);
+    if (!outcome.detail.empty()) launch["detail"] = outcome.detail;
+    write();
+  } catch (const std::exception& e) {
+    spdlog::error("could not record the end of the run in {}: {}", m_path.string(), e.what());
+  }
+}
+
+RunState run_status(const fs::path& run_dir) {
+  const auto ckpt = checkpoint::latest_step(run_dir);
+  const std::string resume = ckpt ? "; resume from its checkpoint at step " +
+                                        std::to_string(*ckpt) + " with --set run.resume=true"
+                                  : "";
+  if (fs::exists(run_dir / "summary.json")) {
+    json s;
+    try {
+      s = json::parse(read_file_bytes(run_dir / "summary.json"));
+    } catch (const std::exception& e) {
+      throw DataError((run_dir / "summary.json").string() + ": not JSON (" + e.what() + ")");
+    }
+    const std::string status = s.value("status", std::string("completed"));
+    if (status == "completed") return {status, ""};
+    if (status == "stopped") {
+      return {status, "stopped (" + s.value("stopped", std::string("by a signal")) +
+                          ") before the end" + resume};
+    }
+    return {status, status + " with exit code " +
+                        (s.contains("exit_code") ? s["exit_code"].dump() : std::string("?")) +
+                        ": " + s.value("error", std::string("see its log"))};
+  }
+  const double age_s = record_age_s(run_dir);
+  const std::string age = age_s < 0 ? "unknown" : age_text(age_s);
+  json launch;
+  try {
+    const json doc = json::parse(read_file_bytes(run_dir / "run.json"));
+    launch = doc.at("launches").back();
+  } catch (const std::exception&) {
+    return {"unknown",
+            "no summary.json (and no run.json): still running, or killed; its last "
+            "record was written " +
+                age + " ago"};
+  }
+  const std::string host = launch.value("host", std::string());
+  const long pid = launch.value("pid", 0L);
+  if (host != host_name()) {
+    return {"unknown", "no summary.json: still running on " + host + " (rank 0, pid " +
+                           std::to_string(pid) +
+                           "), or ended there without one (killed); its last record was "
+                           "written " +
+                           age + " ago"};
+  }
+  const char state = process_state(pid);
+  if (state == 'T') {
+    return {"paused", "no summary.json: rank 0 (pid " + std::to_string(pid) +
+                          ") is stopped (SIGSTOP or a suspended job); its last record was "
+                          "written " +
+                          age + " ago"};
+  }
+  if (state != 0) {
+    return {"running", "no summary.json yet: running as pid " + std::to_string(pid) +
+                           "; its last record was written " + age + " ago"};
+  }
+  return {"killed", "no summary.json: rank 0 (pid " + std::to_string(pid) + " on " + host +
+                        ") is gone without writing one (killed by a signal, out of memory, or "
+                        "its job ended); its last record was written " +
+                        age + " ago" + resume};
+}
+
+metrics::RunInfo partial_run_info(const fs::path& run_dir,
+                                  const std::vector<metrics::StepRecord>& steps,
+                                  const std::vector<json>& evals) {
+  metrics::RunInfo info;
+  json layout;
+  try {
+    layout = json::parse(read_file_bytes(run_dir / "run.json")).at("launches").back().at("layout");
+  } catch (const std::exception&) {
+    layout = json::object();
+  }
+  std::string mode_name;
+  std::int64_t ps = 0;
+  if (fs::exists(run_dir / "config.toml")) {
+    const config::Config cfg = config::load((run_dir / "config.toml").string(), {});
+    info.batch = cfg.train.batch;
+    mode_name = config::mode_name(cfg.train.mode);
+    ps = cfg.cluster.ps;
+    info.b = config::is_auto(cfg.train.backups)
+                 ? 0
+                 : static_cast<int>(std::get<std::int64_t>(cfg.train.backups));
+  }
+  mode_name = layout.value("mode", mode_name.empty() ? std::string("local") : mode_name);
+  const auto mode = config::enum_from_name<config::Mode>(mode_name);
+  if (!mode) throw DataError((run_dir / "run.json").string() + ": unknown mode " + mode_name);
+  info.mode = *mode;
+  // Without run.json: what the records show (workers seen, the largest N used).
+  std::set<int> workers;
+  int used = 1;
+  std::uint64_t examples = 0;
+  double last_apply = 0.0;
+  for (const auto& r : steps) {
+    for (const auto& g : r.grads) workers.insert(g.worker);
+    if (r.shard != 0) continue;
+    used = std::max(used, r.used);
+    examples += static_cast<std::uint64_t>(r.used) * static_cast<std::uint64_t>(info.batch);
+    last_apply = std::max(last_apply, r.t_apply);
+  }
+  info.workers = layout.value("workers", std::max(1, static_cast<int>(workers.size())));
+  info.n = layout.value("N", used);
+  info.shards =
+      layout.value("shards", static_cast<int>(config::traits(info.mode).uses_ps ? ps : 0));
+  if (layout.contains("b") && layout["b"].is_number()) info.b = layout["b"].get<int>();
+  if (!config::traits(info.mode).has_backups) info.b = 0;
+  info.examples = examples;
+  info.wall_s = last_apply;
+  info.epochs = -1.0;
+  // eval.jsonl gives epochs per example at each evaluation.
+  for (auto it = evals.rbegin(); it != evals.rend(); ++it) {
+    const double ex = it->value("examples", 0.0), ep = it->value("epoch", 0.0);
+    if (ex > 0 && ep > 0) {
+      info.epochs = static_cast<double>(examples) * ep / ex;
+      break;
+    }
+  }
+  return info;
+}
+
+std::string repeat_name(const fs::path& config_path, const std::string& run_dir,
+                        const std::string& run_name) {
+  std::error_code ec;
+  const fs::path own = fs::path(run_dir) / run_name / "config.toml";
+  if (config_path.filename() != "config.toml" || !fs::exists(own, ec) ||
+      !fs::equivalent(config_path, own, ec)) {
+    return "";
+  }
+  for (int n = 2;; ++n) {
+    const std::string name = run_name + "-" + std::to_string(n);
+    if (!fs::exists(fs::path(run_dir) / name, ec)) return name;
+  }
+}
+
+}  // namespace syncopt::train

@@ -1,0 +1,99 @@
+// How a run was made, and what became of it. run.json in the run directory
+// holds one entry per launch (a resumed run adds one): the command line, the
+// config file(s) read and the overrides, the build (version, git commit),
+// every rank's host and pid, the launcher and SLURM job ids, the layout of
+// roles, and the start and end times with the outcome. run_status() says
+// what a run directory without summary.json is (running, paused, killed),
+// by the same rules as scripts/runlib.py's run_status(). docs/outputs.md
+// describes the fields.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comm/peers.hpp"
+#include "layout/roles.hpp"
+#include "metrics/analysis.hpp"
+#include "metrics/step_record.hpp"
+#include "train/run_dir.hpp"
+
+namespace syncopt::train {
+
+// What the command line and the build say; filled in by the app on every
+// rank (rank 0's is recorded).
+struct Invocation {
+  std::vector<std::string> argv;
+  std::string config_path;                // as given on the command line
+  std::vector<std::string> config_files;  // every file read (a config and what it includes)
+  std::vector<std::string> overrides;     // --set, in order
+  std::string repeat_of;                  // a run directory whose config.toml this repeats
+  std::string version;
+  std::string git_commit;  // "unknown" when built outside git
+  bool git_dirty = false;  // tracked files differed from the commit
+};
+
+// The job as rank 0 sees it: every rank's host and pid, and the roles.
+struct LaunchFacts {
+  std::vector<comm::Peer> ranks;
+  layout::Roles roles;
+};
+
+// Rank 0's journal of this launch in <run_dir>/run.json, rewritten
+// atomically: at start (end and status still null) and at the end. A
+// default-constructed journal writes nothing.
+class RunJournal {
+ public:
+  RunJournal() = default;
+  // OutputError (74) when run.json cannot be written; a run.json that is not
+  // JSON (hand-edited) is kept aside as run.json.bad and a new one started.
+  // `start_utc`: when the launch began, if not now (a simulation's journal
+  // is written after it ran).
+  RunJournal(const std::filesystem::path& run_dir, const std::string& run_name,
+             const Invocation& inv, const LaunchFacts& facts, bool resumed,
+             const std::string& start_utc = "");
+  // Records the end of the launch; never throws (a failure is logged).
+  void finish(const Outcome& outcome) noexcept;
+
+ private:
+  void write() const;
+  std::filesystem::path m_path;
+  nlohmann::json m_doc;
+};
+
+// The launch in Markdown, for TensorBoard's Text tab (run/command): the
+// command line and the build.
+std::string describe_invocation(const Invocation& inv);
+
+// The time now, UTC, as run.json writes it: "2026-12-01T17:11:24Z".
+std::string utc_now();
+
+// What a run directory says of its run: "completed", "stopped" or "failed"
+// (from summary.json); without one, "running", "paused" (SIGSTOP, a
+// suspended job) or "killed" when run.json's rank 0 ran on this host, else
+// "unknown"; `why` says so in a sentence (empty when completed), with the
+// age of the last record and the checkpoint to resume from.
+struct RunState {
+  std::string status;
+  std::string why;
+  bool complete() const { return status == "completed"; }
+};
+RunState run_status(const std::filesystem::path& run_dir);
+
+// The RunInfo of a run read from its records alone (no summary.json): the
+// layout from run.json (or config.toml and the records), examples and time
+// from steps.jsonl, epochs from eval.jsonl's ratio (unknown without one).
+metrics::RunInfo partial_run_info(const std::filesystem::path& run_dir,
+                                  const std::vector<metrics::StepRecord>& steps,
+                                  const std::vector<nlohmann::json>& evals);
+
+// A free run name for repeating the run whose own config.toml was given
+// (`syncopt train runs/<name>/config.toml`): <name>-2, -3, ... the first
+// that does not exist in run.dir. Empty when `config_path` is not the
+// config.toml of run.dir/run.name (not a repeat: an existing run stays an
+// error, 73).
+std::string repeat_name(const std::filesystem::path& config_path, const std::string& run_dir,
+                        const std::string& run_name);
+
+}  // namespace syncopt::train
