@@ -16,6 +16,7 @@
 #include "common/log.hpp"
 #include "config/config.hpp"
 #include "layout/roles.hpp"
+#include "nn/graph.hpp"
 #include "nn/model.hpp"
 #include "platform.hpp"
 #include "train/distributed.hpp"
@@ -78,7 +79,8 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
                    const syncopt::layout::Roles& roles, const syncopt::train::Compute& compute,
                    const syncopt::comm::MpiSession& mpi) {
   using namespace syncopt;
-  const auto layout = nn::param_layout(train::expected_model_spec(cfg));
+  const nn::Graph graph = nn::model_graph(train::expected_model_spec(cfg));
+  const nn::ParamLayout& layout = graph.layout;
   constexpr int kLine = 160;
   const int world = mpi.size();
   const int local_rank = comm::node_local_rank(MPI_COMM_WORLD);
@@ -107,6 +109,7 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
     std::printf("rank %d: %s%s\n", r, lines.data() + kLine * r,
                 shard ? " (a shard applies its updates on the CPU)" : "");
   }
+  std::printf("# %s\n", nn::graph_summary(graph).c_str());
   // What the run's params.f32 will hold (docs/outputs.md).
   std::printf(
       "# params.f32 and params_ema.f32: %zu float32 values (little-endian), in this order:\n"
@@ -177,6 +180,14 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
   train::Compute compute;
   comm::agree(MPI_COMM_WORLD, [&] {
     cfg = config::load(args.config_path, args.overrides);
+    // The model fits its input (as data.name gives it) before anything
+    // starts: a shape error is a config error of every rank, said once.
+    (void)nn::model_graph(train::expected_model_spec(cfg));
+    // The CUDA backend runs straight-line models only, for now: say so
+    // here rather than after the data is loaded.
+    if (cfg.compute.backend == config::Backend::kCuda) {
+      (void)nn::net_spec(train::expected_model_spec(cfg));
+    }
     roles = layout::make_roles(cfg, mpi.size());
     compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads),
                                 cfg.cluster.dead_after_s);

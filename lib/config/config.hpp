@@ -11,6 +11,7 @@
 
 #include "config/enums.hpp"
 #include "config/mode.hpp"
+#include "nn/layer.hpp"
 
 namespace syncopt::config {
 
@@ -46,9 +47,10 @@ struct DataConfig {
 };
 
 struct ModelConfig {
-  ModelName name = ModelName::kCnn;
+  ModelName name = ModelName::kCnn;  // cnn | mlp | logreg | resnet20 | resnet18 | custom
   bool weight_norm = true;
   std::int64_t mlp_hidden = 128;
+  std::vector<nn::LayerDesc> layers;  // custom: [[model.layers]] (config/model_layers.hpp)
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -64,6 +66,7 @@ struct OptimConfig {
   double decay_epochs = 2.0;
   double anneal_epochs = 0.0;  // linear_anneal: over the last E epochs (0 = the whole run)
   double warmup_epochs = 0.0;  // warmup_*: linear ramp from 0 over this many epochs
+  double final_lr = 0.0;       // exponential: floor; linear_anneal: where it ends
   bool scale_lr_by_n = false;
   double ema = 0.9999;  // 0 disables the EMA
   double weight_decay = 0.0;
@@ -125,6 +128,7 @@ struct EvalConfig {
   std::int64_t every_steps = 0;
   double every_s = 0.0;
   std::int64_t batch = 1000;
+  std::int64_t bn_batches = 50;  // batch norm: training batches of its statistics (docs/bn.md)
 
   bool operator==(const EvalConfig&) const = default;
 };

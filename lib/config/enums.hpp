@@ -58,8 +58,8 @@ std::vector<std::string_view> enum_names() {
 enum class ProgressOutput { kAuto, kLive, kLines };
 // data.name
 enum class DataSet { kFashionMnist, kIdx, kCifar10, kSynthetic };
-// model.name
-enum class ModelName { kCnn, kMlp, kLogreg };
+// model.name (custom: model.layers)
+enum class ModelName { kCnn, kMlp, kLogreg, kResnet20, kResnet18, kCustom };
 // optim.name
 enum class OptimizerName { kSgd, kRmsprop };
 // optim.schedule: a shape, with or without a linear warm-up.
@@ -94,8 +94,10 @@ template <> struct EnumTable<DataSet> {
       {DataSet::kCifar10, "cifar10"}, {DataSet::kSynthetic, "synthetic"}}};
 };
 template <> struct EnumTable<ModelName> {
-  static constexpr std::array<EnumName<ModelName>, 3> kNames{{
-      {ModelName::kCnn, "cnn"}, {ModelName::kMlp, "mlp"}, {ModelName::kLogreg, "logreg"}}};
+  static constexpr std::array<EnumName<ModelName>, 6> kNames{{
+      {ModelName::kCnn, "cnn"}, {ModelName::kMlp, "mlp"}, {ModelName::kLogreg, "logreg"},
+      {ModelName::kResnet20, "resnet20"}, {ModelName::kResnet18, "resnet18"},
+      {ModelName::kCustom, "custom"}}};
 };
 template <> struct EnumTable<OptimizerName> {
   static constexpr std::array<EnumName<OptimizerName>, 2> kNames{{

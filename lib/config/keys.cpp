@@ -77,9 +77,23 @@ std::vector<KeySpec> make_key_specs() {
       // [model]
       SYNCOPT_KEY(model, name, no_range(), "",
                   "Model: cnn (the paper's App. A.1 CNN), mlp (one hidden layer), logreg (logistic "
-                  "regression)."),
-      SYNCOPT_KEY(model, weight_norm, no_range(), "", "Weight normalization in every layer."),
+                  "regression), resnet20 (He et al. 2016 section 4.2, 0.27 M parameters), "
+                  "resnet18 (11 M, a 3x3 stem for small images), custom (model.layers). "
+                  "`syncopt train CONFIG --dry-run` prints the model layer by layer."),
+      SYNCOPT_KEY(model, weight_norm, no_range(), "",
+                  "cnn, mlp, logreg: weight normalization in every layer (the resnets use batch "
+                  "norm; custom layers set weight_norm per conv / fc)."),
       SYNCOPT_KEY(model, mlp_hidden, at_least(1), "", "mlp: hidden units."),
+      SYNCOPT_KEY(model, layers, no_range(), "model.name = custom",
+                  "custom: the layers in order, as [[model.layers]] tables (or an inline array "
+                  "of tables); each reads the previous layer's output. Types and attributes "
+                  "(docs/models.md): conv (out, kernel = 3, stride = 1, pad = 0, bias = true, "
+                  "weight_norm = false); bn (eps = 1e-5); relu; add (from = an earlier layer's "
+                  "name or \"input\", shortcut = identity | projection: a 1x1 conv and bn on "
+                  "the shortcut when the shapes differ); maxpool and avgpool (kernel = 2, stride "
+                  "= kernel, pad = 0); gap (global average pooling); fc (out = the class count, "
+                  "bias, weight_norm); dropout (rate = 0.5); flatten. Every layer takes a name "
+                  "(default: type and position, e.g. relu4)."),
       // [optim]
       SYNCOPT_KEY(optim, name, no_range(), "", "Optimizer, both with momentum."),
       SYNCOPT_KEY(optim, lr, above(0), "",
@@ -98,6 +112,10 @@ std::vector<KeySpec> make_key_specs() {
           "linear_anneal: anneal linearly to 0 over the last E epochs; 0 = over the whole run."),
       SYNCOPT_KEY(optim, warmup_epochs, at_least(0), "",
                   "warmup_*: linear ramp from 0 over this many epochs."),
+      SYNCOPT_KEY(optim, final_lr, at_least(0), "< optim.lr",
+                  "exponential: the lr never decays below this; linear_anneal: the lr anneals "
+                  "to this instead of 0 (e.g. 1e-4 decreasing to 3e-6, the paper's App. A.4). "
+                  "Before optim.scale_lr_by_n, like optim.lr."),
       SYNCOPT_KEY(optim, scale_lr_by_n, no_range(), "",
                   "Multiply lr by N, the number of gradients aggregated per update."),
       SYNCOPT_KEY(optim, ema, within(0, false, 1, true), "",
@@ -186,6 +204,11 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(eval, every_s, at_least(0), "",
                   "Evaluate every S seconds of wall time; 0 = off."),
       SYNCOPT_KEY(eval, batch, at_least(1), "", "Examples per evaluation batch."),
+      SYNCOPT_KEY(eval, bn_batches, at_least(1), "",
+                  "Models with batch norm: before each evaluation, the statistics of theta and, "
+                  "apart, of its EMA are computed on this many training batches of "
+                  "train.batch examples, the same seeded ones every time (\"precise BN\", "
+                  "docs/bn.md)."),
       // [compute]
       SYNCOPT_KEY(compute, backend, no_range(), "",
                   "Compute backend (cuda needs a CUDA build and a GPU)."),

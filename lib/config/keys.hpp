@@ -21,7 +21,7 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 inline constexpr std::uint64_t kMaxTomlInt =
     static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
 
-enum class KeyType { kString, kInt, kUint, kFloat, kBool, kIntList, kEnum, kCountOrAuto };
+enum class KeyType { kString, kInt, kUint, kFloat, kBool, kIntList, kEnum, kCountOrAuto, kLayers };
 
 // How the key table reads and writes an enum field without knowing its type.
 struct EnumOps {
@@ -63,6 +63,8 @@ constexpr KeyType key_type_of() {
     return KeyType::kEnum;
   } else if constexpr (std::is_same_v<T, CountOrAuto>) {
     return KeyType::kCountOrAuto;
+  } else if constexpr (std::is_same_v<T, std::vector<nn::LayerDesc>>) {
+    return KeyType::kLayers;  // read and written by config/model_layers.cpp
   } else {
     static_assert(std::is_same_v<T, std::vector<std::int64_t>>,
                   "config field of an unsupported type");

@@ -80,7 +80,8 @@ void check_each_key(const Config& cfg,
       }
       case KeyType::kString:
       case KeyType::kBool:
-      case KeyType::kEnum:  // only valid names can be stored
+      case KeyType::kEnum:    // only valid names can be stored
+      case KeyType::kLayers:  // checked as read; shapes when the model is built
         break;
     }
   }
@@ -135,6 +136,19 @@ void check_across_keys(const Config& cfg,
                (dist == StalenessDist::kGeometric || dist == StalenessDist::kExponential)) {
       add(spec_of("train", "staleness_max"), "must be above train.simulated_staleness");
     }
+  }
+  if (cfg.optim.lr > 0.0 && !(cfg.optim.final_lr < cfg.optim.lr)) {
+    add(spec_of("optim", "final_lr"), "must be below optim.lr (the schedule decreases to it)");
+  }
+  if (cfg.model.name == ModelName::kCustom && cfg.model.layers.empty()) {
+    add(spec_of("model", "name"),
+        "needs the layers: add [[model.layers]] tables (docs/models.md), or pick a built-in "
+        "model");
+  }
+  if (cfg.model.name != ModelName::kCustom && !cfg.model.layers.empty()) {
+    add(spec_of("model", "name"),
+        "is a built-in model, but model.layers describes one: set model.name = \"custom\" to "
+        "train the layers, or remove them");
   }
   if (cfg.stragglers.model == StragglerModel::kTrace && cfg.stragglers.trace.empty()) {
     add(spec_of("stragglers", "model"), "needs stragglers.trace, the path of the trace to replay");

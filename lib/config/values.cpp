@@ -1,6 +1,7 @@
 // Values of keys as TOML text, and TOML values into keys (see values.hpp).
 #include "config/values.hpp"
 
+#include "config/model_layers.hpp"
 #include "config/text.hpp"
 
 namespace syncopt::config::detail {
@@ -28,6 +29,8 @@ std::string type_name(KeyType type) {
       return "list of integers";
     case KeyType::kCountOrAuto:
       return "integer or \"auto\"";
+    case KeyType::kLayers:
+      return "array of layer tables";
   }
   return "?";
 }
@@ -58,12 +61,15 @@ std::string format_value(const KeySpec& spec, const Config& cfg) {
       }
       return out + "]";
     }
+    case KeyType::kLayers:
+      return layers_toml(field_of<std::vector<nn::LayerDesc>>(spec, cfg));
   }
   return "?";
 }
 
 std::string example_value(const KeySpec& spec) {
   if (spec.type == KeyType::kIntList) return "[0, 2]";
+  if (spec.type == KeyType::kLayers) return "[{ type = \"fc\" }]";
   const std::string def = format_value(spec, Config{});
   if (def == "\"\"") return "\"path/to/file\"";
   return def;
@@ -158,6 +164,11 @@ std::optional<AssignError> assign(const KeySpec& spec, const toml::node& node, C
         return std::nullopt;
       }
       break;
+    case KeyType::kLayers:
+      if (auto why = read_layers(node, field_of<std::vector<nn::LayerDesc>>(spec, cfg))) {
+        return AssignError{spec.path() + ": " + *why, true};
+      }
+      return std::nullopt;
     case KeyType::kIntList:
       if (const auto* arr = node.as_array()) {
         std::vector<std::int64_t> values;

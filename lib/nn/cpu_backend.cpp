@@ -5,6 +5,7 @@
 #include "common/error.hpp"
 #include "nn/backend.hpp"
 #include "nn/cpu_network.hpp"
+#include "nn/graph.hpp"
 
 namespace syncopt::nn {
 
@@ -15,7 +16,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads) : m_threads(threads) {}
   std::string name() const override { return "cpu"; }
   std::unique_ptr<Network> make_network(const ModelSpec& spec, int max_batch) override {
-    return std::make_unique<cpu::CpuNetwork>(net_spec(spec), max_batch, m_threads);
+    return std::make_unique<cpu::CpuNetwork>(model_graph(spec), max_batch, m_threads);
   }
 
  private:

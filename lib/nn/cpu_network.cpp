@@ -1,27 +1,42 @@
-// CpuNetwork: runs a layer list (cpu_network.hpp) with oneDNN 2.6 primitives.
+// CpuNetwork: runs a layer graph (cpu_network.hpp) with oneDNN 2.6
+// primitives.
 //
 // Per batch size a Plan holds every primitive, memory object and reorder, so
 // a step allocates nothing. Activations stay in the layouts oneDNN picks
-// (format_tag::any, e.g. nChw8c on AVX2) from the first conv to the fc
-// layers; a reorder is inserted only where two neighbouring primitives
-// disagree (on AVX2: the 1-channel input stays NCHW, conv/pool run on
-// nChw8c, fc1 takes a plain NCHW copy so that its 800k weights are used in
-// the user's layout, with no per-step weight reorder; conv1's
-// backward-weights reads an NHWC copy of its output gradient, as oneDNN 2.6
-// has no AVX2 kernel for NCHW input with blocked gradient). ReLU is fused
-// into the conv / fc as a post-op, and its backward
-// masks the incoming gradient with the stored (post-ReLU) output. Weights
-// live in the user's flat buffer in plain OIHW / [out, in]; per call the
-// effective weights are computed once (weight norm) and reordered once to
-// each primitive's preferred layout. The backward half of a plan is built on
-// the first train_step of that batch size, so evaluation-only batch sizes
-// cost no gradient buffers. A CpuNetwork is not thread-safe (one caller at a
-// time); OpenMP inside oneDNN and the loops uses `threads` threads.
+// (format_tag::any, e.g. nChw16c on AVX-512) from the first conv to the fc
+// layers; batch norm, ReLU, the residual add and pooling run on whatever
+// layout their input has, and a reorder is inserted only where two
+// neighbouring primitives disagree (a 1- or 3-channel input stays NCHW; fc1
+// of the reference CNN takes a plain NCHW copy so that its 800k weights are
+// used in the user's layout, with no per-step weight reorder; the first
+// conv's backward-weights may read an NHWC copy of its output gradient where
+// oneDNN 2.6 has no fast kernel for its blocked one). A ReLU the graph fused
+// into a conv / fc / add is a post-op (into a batch norm, its fuse_norm_relu
+// flag), and its backward masks the incoming gradient with the stored
+// (post-ReLU) output. Weights live in the user's flat buffer in plain OIHW /
+// [out, in]; per call the effective weights are computed once (weight norm)
+// and reordered once to each primitive's preferred layout.
+//
+// Backward: nodes in reverse; a tensor read by several nodes (a residual
+// block's input) gets the sum of their input gradients: the first (in
+// backward order) writes it, the others add theirs with a reorder that sums
+// (which also converts layouts). An add passes its output gradient to both
+// inputs, sharing the buffer with the input that nothing else reads.
+//
+// The training plan of a batch size (used by predict too for a graph
+// without batch norm or dropout) keeps every activation for the backward;
+// its backward half is built on the first train_step of that batch size.
+// The inference plan of a graph with batch norm or dropout runs batch norm
+// with the set statistics and dropout as the identity, and reuses an
+// activation's buffer once its last reader ran. A CpuNetwork is not
+// thread-safe (one caller at a time); OpenMP inside oneDNN and the loops uses
+// `threads` threads.
 #include "nn/cpu_network.hpp"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
@@ -69,6 +84,14 @@ bool is_reference(const Pd& pd) {
   return std::string(pd.impl_info_str()).find("ref") != std::string::npos;
 }
 
+// 64-bit mixing (splitmix64's finaliser): dropout keys and masks.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 // One primitive with its arguments, ready to execute.
 struct Exec {
   dnnl::primitive prim;
@@ -76,58 +99,92 @@ struct Exec {
   std::string what;  // "conv1 fwd: jit:avx2", for implementations()
 };
 
-// Batch-independent description of one layer.
-struct LayerInfo {
-  LayerSpec spec;
-  memory::dims in_shape, out_shape;  // without the batch dimension
-  bool has_params = false;
-  std::int64_t units = 0, fan_in = 0;
-  memory::dims w_dims;                          // {O, C, 3, 3}, {O, C, H, W} or {O, I}
-  std::size_t w_off = 0, g_off = 0, b_off = 0;  // "<name>.v" (or .w), ".g", ".b"
-  std::vector<float> w_eff, dw, norm;           // weight-norm scratch
+// Batch-independent facts of one node.
+struct NodeInfo {
+  const Node* node = nullptr;
+  memory::dims in_dims, out_dims;  // with the batch dimension set per plan
+  // conv / fc
+  memory::dims w_dims;  // {O, C, k, k}, {O, C, H, W} or {O, I}
+  memory::dims strides, pad_l, pad_r, kernel;
+  std::size_t w_off = 0, g_off = 0, b_off = 0, scale_off = 0, shift_off = 0;
+  std::vector<float> w_eff, dw, norm;  // weight-norm scratch
+  // batch norm: the statistics predict uses
+  std::vector<float> mean, var;
 };
 
-struct LayerPlan {
+// Where a node's backward puts dL/d(one of its inputs): `target`, then it
+// is moved into the tensor's gradient `to`: nothing to do when target is
+// that gradient; when the two have the same layout a memcpy, or `exec`, an
+// in-place binary add (oneDNN's reorder of equal layouts is its slow
+// generic one); else `exec`, a reorder (summing when the tensor already has
+// a gradient).
+struct Delivery {
+  enum class Move { kNone, kCopy, kAdd, kReorder };
+  memory target, to;
+  Move move = Move::kNone;
+  std::optional<Exec> exec;
+};
+
+struct NodePlan {
   // Forward.
-  memory src;                       // the primitive's input: t[i], or a reordered copy
-  std::optional<Exec> src_reorder;  // t[i] -> src
-  memory w_plain, w_fwd, bias;      // user-layout weights / primitive layout / bias
+  memory src;                       // conv / fc: input 0 in the primitive's layout
+  std::optional<Exec> src_reorder;  // t[input 0] -> src
+  memory src1;                      // add: input 1 in input 0's layout
+  std::optional<Exec> src1_reorder;
+  memory w_plain, w_fwd, bias;  // user-layout weights / primitive layout / bias
   std::optional<Exec> w_fwd_reorder;
   std::optional<Exec> fwd;
-  memory workspace;  // max-pool indices
+  memory workspace;                // max-pool indices, batch norm + ReLU mask
+  memory mean, var;                // batch norm: the batch's / the set statistics
+  memory scale, shift;             // batch norm: views of the parameters
+  memory view4;                    // flatten: the output as a plain 4D tensor
+  std::vector<std::uint8_t> mask;  // dropout: kept (1) or dropped (0), per element
   dnnl::convolution_forward::primitive_desc conv_pd;
   dnnl::inner_product_forward::primitive_desc ip_pd;
   dnnl::pooling_forward::primitive_desc pool_pd;
+  dnnl::batch_normalization_forward::primitive_desc bn_pd;
+  dnnl::eltwise_forward::primitive_desc eltwise_pd;
   // Backward.
   memory::desc bwd_w_src_md, bwd_w_diff_dst_md;  // conv: layouts of backward-weights
-  memory w_bwd, dw, dw_plain, diff_bias, diff_src, src_w, diff_dst_w;
-  std::optional<Exec> w_bwd_reorder, bwd_data, diff_src_reorder, src_w_reorder, diff_dst_w_reorder,
-      bwd_weights, dw_reorder;
+  memory w_bwd, dw, dw_plain, diff_bias, src_w, diff_dst_w, diff_scale, diff_shift;
+  std::optional<Exec> w_bwd_reorder, src_w_reorder, diff_dst_w_reorder, bwd_weights, dw_reorder,
+      bwd;
+  std::optional<Exec> relu_bwd;      // conv / fc / add: the fused ReLU's mask, in place
+  std::vector<Delivery> deliveries;  // per input slot that needs a gradient
+  std::vector<int> delivery_slot;    // the input slot of each delivery
+  bool alias_input0 = false;         // add: input 0's gradient is this node's
 };
 
 struct Plan {
   int batch = 0;
-  std::vector<memory> t, d;  // t[i]: input of layer i (t[0] = images), d[i] = dL/dt[i]
-  std::vector<LayerPlan> layers;
-  memory logits, dlogits;  // plain [batch, classes]
+  bool training = true;
+  memory input;                 // the images (user memory)
+  memory input_grad;            // dL/dimages (user memory), when asked for
+  std::vector<memory> t, d;     // per node: output and dL/doutput
+  std::vector<bool> d_started;  // backward build: the tensor has its first contribution
+  bool input_started = false;
+  std::vector<NodePlan> nodes;
+  memory logits, dlogits;  // plain [batch, outputs]
   std::optional<Exec> logits_reorder, dlogits_reorder;
   memory scratch;
   std::size_t scratch_nbytes = 0;
+  std::vector<memory> buffers;  // inference: activation buffers shared by tensors
   bool has_backward = false, has_input_grad = false;
 };
 
 }  // namespace
 
 struct CpuNetwork::Impl {
-  NetSpec net;
-  ParamLayout layout;
+  Graph graph;
   int max_batch = 0;
   int threads = 0;
-  std::int64_t classes = 0;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  std::vector<LayerInfo> infos;
-  std::map<int, std::unique_ptr<Plan>> plans;
+  std::vector<NodeInfo> infos;
+  std::map<std::pair<int, bool>, std::unique_ptr<Plan>> plans;  // (batch, training)
+  bool stats_set = false;
+  std::optional<std::uint64_t> dropout_key;
+  std::uint64_t step_key = 0;
 
   void set_threads() const {
     if (threads > 0) omp_set_num_threads(threads);
@@ -149,9 +206,16 @@ struct CpuNetwork::Impl {
     plan.scratch_nbytes = std::max(plan.scratch_nbytes, pd.scratchpad_desc().get_size());
   }
 
-  Exec make_reorder(Plan& plan, const memory& from, const memory& to, const std::string& what) {
-    const dnnl::reorder::primitive_desc pd(engine, from.get_desc(), engine, to.get_desc(),
-                                           make_attr(false));
+  // A reorder from -> to; with `sum`, to += from (accumulating a gradient).
+  Exec make_reorder(Plan& plan, const memory& from, const memory& to, const std::string& what,
+                    bool sum = false) {
+    dnnl::primitive_attr attr = make_attr(false);
+    if (sum) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    const dnnl::reorder::primitive_desc pd(engine, from.get_desc(), engine, to.get_desc(), attr);
     note_scratch(plan, pd);
     return Exec{dnnl::reorder(pd),
                 {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}},
@@ -164,11 +228,14 @@ struct CpuNetwork::Impl {
 
   template <class Fn>
   void for_each_exec(Plan& plan, Fn&& fn) {
-    for (LayerPlan& lp : plan.layers) {
-      for (auto* e : {&lp.src_reorder, &lp.w_fwd_reorder, &lp.fwd, &lp.w_bwd_reorder, &lp.bwd_data,
-                      &lp.diff_src_reorder, &lp.src_w_reorder, &lp.diff_dst_w_reorder,
-                      &lp.bwd_weights, &lp.dw_reorder}) {
+    for (NodePlan& np : plan.nodes) {
+      for (auto* e : {&np.src_reorder, &np.src1_reorder, &np.w_fwd_reorder, &np.fwd,
+                      &np.w_bwd_reorder, &np.src_w_reorder, &np.diff_dst_w_reorder, &np.bwd_weights,
+                      &np.dw_reorder, &np.bwd, &np.relu_bwd}) {
         if (*e) fn(**e);
+      }
+      for (Delivery& dl : np.deliveries) {
+        if (dl.exec) fn(*dl.exec);
       }
     }
     for (auto* e : {&plan.logits_reorder, &plan.dlogits_reorder}) {
@@ -185,87 +252,260 @@ struct CpuNetwork::Impl {
     for_each_exec(plan, [&](Exec& e) { e.args[DNNL_ARG_SCRATCHPAD] = plan.scratch; });
   }
 
+  static memory::dims with_batch(memory::dim n, const std::vector<std::int64_t>& shape) {
+    memory::dims dims = {n};
+    dims.insert(dims.end(), shape.begin(), shape.end());
+    return dims;
+  }
+
+  const memory& tensor(const Plan& plan, int id) const {
+    return id == kGraphInput ? plan.input : plan.t[static_cast<std::size_t>(id)];
+  }
+
   // ---- plan construction -------------------------------------------------
 
-  std::unique_ptr<Plan> build_forward(int batch) {
-    auto plan = std::make_unique<Plan>();
-    plan->batch = batch;
-    const memory::dim n = batch;
-    const std::size_t count = infos.size();
-    plan->layers.resize(count);
-    plan->t.resize(count + 1);
-    plan->t[0] = user_memory(plain_desc({n, net.channels, net.height, net.width}));
-    for (std::size_t i = 0; i < count; ++i) {
-      LayerInfo& info = infos[i];
-      LayerPlan& lp = plan->layers[i];
-      const memory& in = plan->t[i];
-      memory::dims out_dims = {n};
-      out_dims.insert(out_dims.end(), info.out_shape.begin(), info.out_shape.end());
-      memory::dims in_dims = {n};
-      in_dims.insert(in_dims.end(), info.in_shape.begin(), info.in_shape.end());
-      const dnnl::primitive_attr attr = make_attr(info.spec.relu);
-      const std::string& name = info.spec.name;
-      switch (info.spec.kind) {
-        case LayerKind::kConv3x3: {
-          std::tie(lp.conv_pd, lp.bwd_w_src_md, lp.bwd_w_diff_dst_md) =
-              choose_conv(info, in.get_desc(), in_dims, out_dims, attr, i > 0);
-          note_scratch(*plan, lp.conv_pd);
-          plan->t[i + 1] = memory(lp.conv_pd.dst_desc(), engine);
-          set_forward_weights(*plan, i, info, lp.conv_pd.src_desc(), lp.conv_pd.weights_desc());
-          lp.fwd = Exec{dnnl::convolution_forward(lp.conv_pd),
-                        {{DNNL_ARG_SRC, lp.src},
-                         {DNNL_ARG_WEIGHTS, lp.w_fwd},
-                         {DNNL_ARG_BIAS, lp.bias},
-                         {DNNL_ARG_DST, plan->t[i + 1]}},
-                        name + " fwd: " + lp.conv_pd.impl_info_str()};
-          break;
-        }
-        case LayerKind::kFc: {
-          lp.ip_pd = choose_fc(info, in.get_desc(), in_dims, out_dims, attr, i > 0);
-          note_scratch(*plan, lp.ip_pd);
-          plan->t[i + 1] = memory(lp.ip_pd.dst_desc(), engine);
-          set_forward_weights(*plan, i, info, lp.ip_pd.src_desc(), lp.ip_pd.weights_desc());
-          lp.fwd = Exec{dnnl::inner_product_forward(lp.ip_pd),
-                        {{DNNL_ARG_SRC, lp.src},
-                         {DNNL_ARG_WEIGHTS, lp.w_fwd},
-                         {DNNL_ARG_BIAS, lp.bias},
-                         {DNNL_ARG_DST, plan->t[i + 1]}},
-                        name + " fwd: " + lp.ip_pd.impl_info_str()};
-          break;
-        }
-        case LayerKind::kMaxPool2x2: {
-          const dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_training,
-                                              dnnl::algorithm::pooling_max, in.get_desc(),
-                                              any_desc(out_dims), {2, 2}, {2, 2}, {0, 0}, {0, 0});
-          lp.pool_pd = dnnl::pooling_forward::primitive_desc(d, attr, engine);
-          note_scratch(*plan, lp.pool_pd);
-          lp.src = in;
-          plan->t[i + 1] = memory(lp.pool_pd.dst_desc(), engine);
-          lp.workspace = memory(lp.pool_pd.workspace_desc(), engine);
-          lp.fwd = Exec{dnnl::pooling_forward(lp.pool_pd),
-                        {{DNNL_ARG_SRC, in},
-                         {DNNL_ARG_DST, plan->t[i + 1]},
-                         {DNNL_ARG_WORKSPACE, lp.workspace}},
-                        "maxpool fwd: " + std::string(lp.pool_pd.impl_info_str())};
-          break;
-        }
-        case LayerKind::kRelu:
-          lp.src = in;
-          plan->t[i + 1] = memory(in.get_desc(), engine);
-          break;
+  // Inference: a tensor's buffer is free for another once its last reader
+  // ran (a dropout's output is its input's buffer).
+  std::vector<std::size_t> last_uses() const {
+    const std::size_t count = graph.nodes.size();
+    std::vector<std::size_t> last(count);
+    for (std::size_t j = 0; j < count; ++j) last[j] = j;
+    last[count - 1] = count;  // the logits live to the end
+    for (std::size_t j = 0; j < count; ++j) {
+      for (const int in : graph.nodes[j].inputs) {
+        if (in != kGraphInput) last[static_cast<std::size_t>(in)] = j;
       }
     }
-    // Softmax cross-entropy wants plain [batch, classes].
-    memory& last = plan->t[count];
-    const memory::desc last_plain = plain_desc(last.get_desc().dims());
-    if (last.get_desc() == last_plain) {
-      plan->logits = last;
+    for (std::size_t j = count; j-- > 0;) {
+      const Node& n = graph.nodes[j];
+      if (n.type == LayerType::kDropout && n.inputs[0] != kGraphInput) {
+        auto& in_last = last[static_cast<std::size_t>(n.inputs[0])];
+        in_last = std::max(in_last, last[j]);
+      }
+    }
+    return last;
+  }
+
+  class Arena {
+   public:
+    Arena(Impl& im, Plan& plan) : m_im(im), m_plan(plan) {}
+    memory take(const memory::desc& md) {
+      if (!m_plan.training) {
+        const std::size_t nbytes = md.get_size();
+        std::size_t best = m_free.size();
+        for (std::size_t k = 0; k < m_free.size(); ++k) {
+          const std::size_t have = m_plan.buffers[m_free[k]].get_desc().get_size();
+          if (have >= nbytes && (best == m_free.size() ||
+                                 have < m_plan.buffers[m_free[best]].get_desc().get_size())) {
+            best = k;
+          }
+        }
+        std::size_t id = 0;
+        if (best < m_free.size()) {
+          id = m_free[best];
+          m_free.erase(m_free.begin() + static_cast<std::ptrdiff_t>(best));
+        } else {
+          id = m_plan.buffers.size();
+          m_plan.buffers.emplace_back(
+              memory::desc({static_cast<memory::dim>(nbytes)}, Dt::u8, Tag::a), m_im.engine);
+        }
+        m_owner.push_back(id);
+        return memory(md, m_im.engine, m_plan.buffers[id].get_data_handle());
+      }
+      m_owner.push_back(0);
+      return memory(md, m_im.engine);
+    }
+    // The next node's output is tensor `of`'s buffer.
+    void alias(std::size_t of) { m_owner.push_back(m_owner[of]); }
+    void release(std::size_t tensor) {
+      if (!m_plan.training) m_free.push_back(m_owner[tensor]);
+    }
+
+   private:
+    Impl& m_im;
+    Plan& m_plan;
+    std::vector<std::size_t> m_free;
+    std::vector<std::size_t> m_owner;  // per node: its buffer
+  };
+
+  std::unique_ptr<Plan> build_forward(int batch, bool training) {
+    auto plan = std::make_unique<Plan>();
+    plan->batch = batch;
+    plan->training = training;
+    const memory::dim n = batch;
+    const std::size_t count = graph.nodes.size();
+    plan->nodes.resize(count);
+    plan->t.resize(count);
+    plan->input = user_memory(plain_desc(with_batch(n, graph.input)));
+    const std::vector<std::size_t> last = last_uses();
+    Arena arena(*this, *plan);
+    std::vector<bool> alias(count, false);
+    for (std::size_t j = 0; j < count; ++j) {
+      alias[j] = build_node_forward(*plan, j, arena);
+      // Tensors whose last reader was this node give their buffers back
+      // (an alias's buffer is given back through the tensor it aliases).
+      for (std::size_t k = 0; k <= j; ++k) {
+        if (last[k] == j && !alias[k]) arena.release(k);
+      }
+    }
+    // Softmax cross-entropy wants plain [batch, outputs].
+    memory& last_t = plan->t[count - 1];
+    const memory::desc last_plain = plain_desc(last_t.get_desc().dims());
+    if (last_t.get_desc() == last_plain) {
+      plan->logits = last_t;
     } else {
       plan->logits = memory(last_plain, engine);
-      plan->logits_reorder = make_reorder(*plan, last, plan->logits, "logits reorder");
+      plan->logits_reorder = make_reorder(*plan, last_t, plan->logits, "logits reorder");
     }
     attach_scratch(*plan);
     return plan;
+  }
+
+  // Builds node j's forward; returns true when its output is its input's
+  // buffer (inference dropout).
+  bool build_node_forward(Plan& plan, std::size_t j, Arena& arena) {
+    NodeInfo& info = infos[j];
+    const Node& node = *info.node;
+    NodePlan& np = plan.nodes[j];
+    const memory& in = tensor(plan, node.inputs[0]);
+    const memory::dim n = plan.batch;
+    const memory::dims in_dims = with_batch(n, node.in);
+    const memory::dims out_dims = with_batch(n, node.out);
+    const dnnl::primitive_attr attr = make_attr(node.relu && node.type != LayerType::kBatchNorm);
+    const std::string& name = node.name;
+    const bool need_data = node.inputs[0] != kGraphInput;
+    const auto fwd_kind =
+        plan.training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+    switch (node.type) {
+      case LayerType::kConv: {
+        std::tie(np.conv_pd, np.bwd_w_src_md, np.bwd_w_diff_dst_md) =
+            choose_conv(info, in.get_desc(), in_dims, out_dims, attr, need_data);
+        note_scratch(plan, np.conv_pd);
+        plan.t[j] = arena.take(np.conv_pd.dst_desc());
+        set_forward_weights(plan, j, info, np.conv_pd.src_desc(), np.conv_pd.weights_desc());
+        np.fwd =
+            Exec{dnnl::convolution_forward(np.conv_pd),
+                 {{DNNL_ARG_SRC, np.src}, {DNNL_ARG_WEIGHTS, np.w_fwd}, {DNNL_ARG_DST, plan.t[j]}},
+                 name + " fwd: " + np.conv_pd.impl_info_str()};
+        if (node.bias >= 0) np.fwd->args[DNNL_ARG_BIAS] = np.bias;
+        return false;
+      }
+      case LayerType::kFc: {
+        np.ip_pd = choose_fc(info, in.get_desc(), in_dims, out_dims, attr, need_data);
+        note_scratch(plan, np.ip_pd);
+        plan.t[j] = arena.take(np.ip_pd.dst_desc());
+        set_forward_weights(plan, j, info, np.ip_pd.src_desc(), np.ip_pd.weights_desc());
+        np.fwd =
+            Exec{dnnl::inner_product_forward(np.ip_pd),
+                 {{DNNL_ARG_SRC, np.src}, {DNNL_ARG_WEIGHTS, np.w_fwd}, {DNNL_ARG_DST, plan.t[j]}},
+                 name + " fwd: " + np.ip_pd.impl_info_str()};
+        if (node.bias >= 0) np.fwd->args[DNNL_ARG_BIAS] = np.bias;
+        return false;
+      }
+      case LayerType::kMaxPool:
+      case LayerType::kAvgPool:
+      case LayerType::kGlobalAvgPool: {
+        const dnnl::pooling_forward::desc d(fwd_kind, pool_algorithm(node), in.get_desc(),
+                                            any_desc(out_dims), info.strides, info.kernel,
+                                            info.pad_l, info.pad_r);
+        np.pool_pd = dnnl::pooling_forward::primitive_desc(d, attr, engine);
+        note_scratch(plan, np.pool_pd);
+        plan.t[j] = arena.take(np.pool_pd.dst_desc());
+        np.fwd = Exec{dnnl::pooling_forward(np.pool_pd),
+                      {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, plan.t[j]}},
+                      name + " fwd: " + np.pool_pd.impl_info_str()};
+        if (node.type == LayerType::kMaxPool && plan.training) {
+          np.workspace = memory(np.pool_pd.workspace_desc(), engine);
+          np.fwd->args[DNNL_ARG_WORKSPACE] = np.workspace;
+        }
+        return false;
+      }
+      case LayerType::kBatchNorm: {
+        auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+        if (node.relu) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
+        if (!plan.training) flags = flags | dnnl::normalization_flags::use_global_stats;
+        const dnnl::batch_normalization_forward::desc d(fwd_kind, in.get_desc(),
+                                                        static_cast<float>(node.attr.eps), flags);
+        np.bn_pd = dnnl::batch_normalization_forward::primitive_desc(d, attr, engine);
+        note_scratch(plan, np.bn_pd);
+        plan.t[j] = arena.take(np.bn_pd.dst_desc());
+        np.scale = user_memory(plain_desc({node.out[0]}));
+        np.shift = user_memory(plain_desc({node.out[0]}));
+        if (plan.training) {
+          np.mean = memory(np.bn_pd.mean_desc(), engine);
+          np.var = memory(np.bn_pd.variance_desc(), engine);
+        } else {
+          np.mean = memory(plain_desc({node.out[0]}), engine, info.mean.data());
+          np.var = memory(plain_desc({node.out[0]}), engine, info.var.data());
+        }
+        np.fwd = Exec{dnnl::batch_normalization_forward(np.bn_pd),
+                      {{DNNL_ARG_SRC, in},
+                       {DNNL_ARG_DST, plan.t[j]},
+                       {DNNL_ARG_SCALE, np.scale},
+                       {DNNL_ARG_SHIFT, np.shift},
+                       {DNNL_ARG_MEAN, np.mean},
+                       {DNNL_ARG_VARIANCE, np.var}},
+                      name + " fwd: " + np.bn_pd.impl_info_str()};
+        if (node.relu && plan.training) {
+          np.workspace = memory(np.bn_pd.workspace_desc(), engine);
+          np.fwd->args[DNNL_ARG_WORKSPACE] = np.workspace;
+        }
+        return false;
+      }
+      case LayerType::kRelu: {
+        const dnnl::eltwise_forward::desc d(fwd_kind, dnnl::algorithm::eltwise_relu_use_dst_for_bwd,
+                                            in.get_desc(), 0.0f, 0.0f);
+        np.eltwise_pd = dnnl::eltwise_forward::primitive_desc(d, attr, engine);
+        note_scratch(plan, np.eltwise_pd);
+        plan.t[j] = arena.take(np.eltwise_pd.dst_desc());
+        np.fwd = Exec{dnnl::eltwise_forward(np.eltwise_pd),
+                      {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, plan.t[j]}},
+                      name + " fwd: " + np.eltwise_pd.impl_info_str()};
+        return false;
+      }
+      case LayerType::kAdd: {
+        const memory& other = tensor(plan, node.inputs[1]);
+        np.src1 = other;
+        if (other.get_desc() != in.get_desc()) {
+          np.src1 = memory(in.get_desc(), engine);
+          np.src1_reorder = make_reorder(plan, other, np.src1, name + " shortcut reorder");
+        }
+        const dnnl::binary::desc d(dnnl::algorithm::binary_add, in.get_desc(), in.get_desc(),
+                                   in.get_desc());
+        const dnnl::binary::primitive_desc pd(d, attr, engine);
+        note_scratch(plan, pd);
+        plan.t[j] = arena.take(pd.dst_desc());
+        np.fwd = Exec{dnnl::binary(pd),
+                      {{DNNL_ARG_SRC_0, in}, {DNNL_ARG_SRC_1, np.src1}, {DNNL_ARG_DST, plan.t[j]}},
+                      name + " fwd: " + pd.impl_info_str()};
+        return false;
+      }
+      case LayerType::kDropout:
+        if (!plan.training) {
+          plan.t[j] = in;
+          if (node.inputs[0] == kGraphInput) {
+            arena.take(in.get_desc());  // a buffer of its own, never used
+          } else {
+            arena.alias(static_cast<std::size_t>(node.inputs[0]));
+          }
+          return true;
+        }
+        plan.t[j] = arena.take(in.get_desc());
+        np.mask.resize(static_cast<std::size_t>(float_count(in)));
+        return false;
+      case LayerType::kFlatten: {
+        plan.t[j] = arena.take(plain_desc(out_dims));
+        np.view4 = memory(plain_desc(in_dims), engine, plan.t[j].get_data_handle());
+        np.fwd = make_reorder(plan, in, np.view4, name + " fwd");
+        return false;
+      }
+    }
+    return false;
+  }
+
+  static dnnl::algorithm pool_algorithm(const Node& n) {
+    return n.type == LayerType::kMaxPool ? dnnl::algorithm::pooling_max
+                                         : dnnl::algorithm::pooling_avg_include_padding;
   }
 
   // Picks the conv layouts (forward primitive desc and the diff_dst layout
@@ -278,29 +518,30 @@ struct CpuNetwork::Impl {
   // its own reorders of src and diff_dst (cheaper than running the following
   // max-pool on NHWC, which is 1.5x slower than on nChw8c).
   std::tuple<dnnl::convolution_forward::primitive_desc, memory::desc, memory::desc> choose_conv(
-      const LayerInfo& info, const memory::desc& in_md, const memory::dims& in_dims,
+      const NodeInfo& info, const memory::desc& in_md, const memory::dims& in_dims,
       const memory::dims& out_dims, const dnnl::primitive_attr& attr, bool need_data) {
-    const memory::dims one = {1, 1};
+    const bool has_bias = info.node->bias >= 0;
     const memory::desc w_any = any_desc(info.w_dims);
-    const memory::desc b_md = plain_desc({info.units});
+    const memory::desc b_md = has_bias ? plain_desc({info.node->units}) : memory::desc();
     const memory::desc nhwc_in(in_dims, Dt::f32, Tag::nhwc), nhwc_out(out_dims, Dt::f32, Tag::nhwc);
     auto make = [&](const memory::desc& src_md, const memory::desc& dst_md) {
       const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
                                               dnnl::algorithm::convolution_direct, src_md, w_any,
-                                              b_md, dst_md, one, one, one);
+                                              b_md, dst_md, info.strides, info.pad_l, info.pad_r);
       return dnnl::convolution_forward::primitive_desc(d, attr, engine);
     };
     auto fast_weights = [&](const dnnl::convolution_forward::primitive_desc& fpd,
                             const memory::desc& src_md, const memory::desc& diff_dst_md) {
       const dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct, src_md,
-                                                        w_any, b_md, diff_dst_md, one, one, one);
+                                                        w_any, b_md, diff_dst_md, info.strides,
+                                                        info.pad_l, info.pad_r);
       return !is_reference(dnnl::convolution_backward_weights::primitive_desc(wd, engine, fpd));
     };
     auto fast_data = [&](const dnnl::convolution_forward::primitive_desc& fpd) {
       if (!need_data) return true;
       const dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct,
-                                                     fpd.src_desc(), w_any, fpd.dst_desc(), one,
-                                                     one, one);
+                                                     fpd.src_desc(), w_any, fpd.dst_desc(),
+                                                     info.strides, info.pad_l, info.pad_r);
       return !is_reference(dnnl::convolution_backward_data::primitive_desc(dd, engine, fpd));
     };
     const std::pair<memory::desc, memory::desc> candidates[] = {
@@ -330,9 +571,10 @@ struct CpuNetwork::Impl {
   // two slow reorders per step; the plain input costs one small activation
   // reorder instead). Then the input as it comes, then oneDNN's choice.
   dnnl::inner_product_forward::primitive_desc choose_fc(
-      const LayerInfo& info, const memory::desc& in_md, const memory::dims& in_dims,
+      const NodeInfo& info, const memory::desc& in_md, const memory::dims& in_dims,
       const memory::dims& out_dims, const dnnl::primitive_attr& attr, bool need_data) {
-    const memory::desc b_md = plain_desc({info.units});
+    const bool has_bias = info.node->bias >= 0;
+    const memory::desc b_md = has_bias ? plain_desc({info.node->units}) : memory::desc();
     const memory::desc w_plain = plain_desc(info.w_dims);
     auto make = [&](const memory::desc& src_md, const memory::desc& w_md) {
       const dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_training, src_md, w_md,
@@ -369,200 +611,423 @@ struct CpuNetwork::Impl {
 
   // Weights and input of a conv / fc forward: plain user weights (set per
   // call), reordered once per call into the primitive's layout if it differs;
-  // the input reordered if the primitive wants another layout than t[i].
-  void set_forward_weights(Plan& plan, std::size_t i, LayerInfo& info, const memory::desc& src_md,
+  // the input reordered if the primitive wants another layout than it has.
+  void set_forward_weights(Plan& plan, std::size_t j, NodeInfo& info, const memory::desc& src_md,
                            const memory::desc& w_md) {
-    LayerPlan& lp = plan.layers[i];
-    const memory& in = plan.t[i];
+    NodePlan& np = plan.nodes[j];
+    const memory& in = tensor(plan, info.node->inputs[0]);
+    const std::string& name = info.node->name;
     if (src_md == in.get_desc()) {
-      lp.src = in;
+      np.src = in;
     } else {
-      lp.src = memory(src_md, engine);
-      lp.src_reorder = make_reorder(plan, in, lp.src, info.spec.name + " input reorder");
+      np.src = memory(src_md, engine);
+      np.src_reorder = make_reorder(plan, in, np.src, name + " input reorder");
     }
-    lp.w_plain = user_memory(plain_desc(info.w_dims));
-    lp.bias = user_memory(plain_desc({info.units}));
-    if (w_md == lp.w_plain.get_desc()) {
-      lp.w_fwd = lp.w_plain;
+    np.w_plain = user_memory(plain_desc(info.w_dims));
+    np.bias = user_memory(plain_desc({info.node->units}));
+    if (w_md == np.w_plain.get_desc()) {
+      np.w_fwd = np.w_plain;
     } else {
-      lp.w_fwd = memory(w_md, engine);
-      lp.w_fwd_reorder =
-          make_reorder(plan, lp.w_plain, lp.w_fwd, info.spec.name + " weights reorder");
+      np.w_fwd = memory(w_md, engine);
+      np.w_fwd_reorder = make_reorder(plan, np.w_plain, np.w_fwd, name + " weights reorder");
+    }
+  }
+
+  // ---- backward construction ----------------------------------------------
+
+  bool wants_grad(const Plan& plan, int id, bool input_grad) const {
+    (void)plan;
+    return id != kGraphInput || input_grad;
+  }
+
+  memory& grad_of(Plan& plan, int id) {
+    return id == kGraphInput ? plan.input_grad : plan.d[static_cast<std::size_t>(id)];
+  }
+
+  // The tensor `id` gets its first gradient contribution (in backward
+  // order) from now on; its gradient buffer is made.
+  bool start_grad(Plan& plan, int id) {
+    if (id == kGraphInput) {
+      const bool first = !plan.input_started;
+      plan.input_started = true;
+      return first;
+    }
+    const auto k = static_cast<std::size_t>(id);
+    if (plan.d_started[k]) return false;
+    plan.d_started[k] = true;
+    if (!plan.d[k]) plan.d[k] = memory(plan.t[k].get_desc(), engine);
+    return true;
+  }
+
+  // How `dl.target` reaches the gradient `g` (first: g has none yet).
+  void plan_move(Plan& plan, Delivery& dl, const memory& g, bool first, const std::string& what) {
+    dl.to = g;
+    if (dl.target.get_desc() == g.get_desc() && first) {
+      dl.move = Delivery::Move::kCopy;
+      return;
+    }
+    if (dl.target.get_desc() == g.get_desc()) {  // g += target, in place
+      dl.move = Delivery::Move::kAdd;
+      const dnnl::binary::desc d(dnnl::algorithm::binary_add, g.get_desc(), g.get_desc(),
+                                 g.get_desc());
+      const dnnl::binary::primitive_desc pd(d, make_attr(false), engine);
+      note_scratch(plan, pd);
+      dl.exec = Exec{dnnl::binary(pd),
+                     {{DNNL_ARG_SRC_0, g}, {DNNL_ARG_SRC_1, dl.target}, {DNNL_ARG_DST, g}},
+                     what + " dinput sum: " + pd.impl_info_str()};
+      return;
+    }
+    dl.move = Delivery::Move::kReorder;
+    dl.exec = make_reorder(plan, dl.target, g, what + (first ? " dinput reorder" : " dinput sum"),
+                           !first);
+  }
+
+  // A node's backward writes dL/d(input `id`) in layout `natural`.
+  Delivery plan_delivery(Plan& plan, int id, const memory::desc& natural, const std::string& what) {
+    const bool first = start_grad(plan, id);
+    memory& g = grad_of(plan, id);
+    Delivery dl;
+    if (first && natural == g.get_desc()) {
+      dl.target = g;
+      return dl;
+    }
+    dl.target = memory(natural, engine);
+    plan_move(plan, dl, g, first, what);
+    return dl;
+  }
+
+  // dL/d(input `id`) is `source` itself (an add, a flatten): copied, or
+  // summed into an existing gradient.
+  Delivery plan_pass_on(Plan& plan, int id, const memory& source, const std::string& what) {
+    const bool first = start_grad(plan, id);
+    Delivery dl;
+    dl.target = source;
+    plan_move(plan, dl, grad_of(plan, id), first, what);
+    return dl;
+  }
+
+  void deliver(Delivery& dl) {
+    switch (dl.move) {
+      case Delivery::Move::kNone:
+        return;
+      case Delivery::Move::kReorder:
+      case Delivery::Move::kAdd:
+        run(dl.exec);
+        return;
+      case Delivery::Move::kCopy:
+        stream.wait();
+        std::memcpy(data_of(dl.to), data_of(dl.target),
+                    static_cast<std::size_t>(float_count(dl.to)) * sizeof(float));
+        return;
     }
   }
 
   void build_backward(Plan& plan, bool input_grad) {
-    const std::size_t count = infos.size();
-    plan.d.assign(count + 1, memory());
-    plan.d[0] = user_memory(plan.t[0].get_desc());
-    for (std::size_t i = 1; i <= count; ++i) plan.d[i] = memory(plan.t[i].get_desc(), engine);
-    for (std::size_t i = 0; i < count; ++i) {
-      LayerInfo& info = infos[i];
-      LayerPlan& lp = plan.layers[i];
-      lp.w_bwd_reorder.reset();
-      lp.bwd_data.reset();
-      lp.diff_src_reorder.reset();
-      lp.bwd_weights.reset();
-      lp.dw_reorder.reset();
-      const bool need_data = i > 0 || input_grad;
-      switch (info.spec.kind) {
-        case LayerKind::kConv3x3:
-          build_conv_backward(plan, lp, info, i, need_data);
-          break;
-        case LayerKind::kFc:
-          build_fc_backward(plan, lp, info, i, need_data);
-          break;
-        case LayerKind::kMaxPool2x2:
-          build_pool_backward(plan, lp, i, need_data);
-          break;
-        case LayerKind::kRelu:
-          break;
-      }
-    }
-    if (plan.logits == plan.t[count]) {
-      plan.dlogits = plan.d[count];
+    const std::size_t count = graph.nodes.size();
+    plan.d.assign(count, memory());
+    plan.d_started.assign(count, false);
+    plan.input_started = false;
+    plan.input_grad = user_memory(plan.input.get_desc());
+    // The logits' gradient.
+    const std::size_t last = count - 1;
+    if (plan.logits == plan.t[last]) {
+      plan.d[last] = memory(plan.logits.get_desc(), engine);
+      plan.dlogits = plan.d[last];
       plan.dlogits_reorder.reset();
     } else {
+      plan.d[last] = memory(plan.t[last].get_desc(), engine);
       plan.dlogits = memory(plan.logits.get_desc(), engine);
-      plan.dlogits_reorder = make_reorder(plan, plan.dlogits, plan.d[count], "dlogits reorder");
+      plan.dlogits_reorder = make_reorder(plan, plan.dlogits, plan.d[last], "dlogits reorder");
+    }
+    plan.d_started[last] = true;
+    for (std::size_t j = count; j-- > 0;) {
+      NodePlan& np = plan.nodes[j];
+      NodeInfo& info = infos[j];
+      const Node& node = *info.node;
+      np.w_bwd_reorder.reset();
+      np.src_w_reorder.reset();
+      np.diff_dst_w_reorder.reset();
+      np.bwd_weights.reset();
+      np.dw_reorder.reset();
+      np.bwd.reset();
+      np.relu_bwd.reset();
+      if (node.relu && node.type != LayerType::kBatchNorm) build_relu_mask(plan, np, j);
+      np.deliveries.clear();
+      np.delivery_slot.clear();
+      np.alias_input0 = false;
+      const int in0 = node.inputs[0];
+      const bool need_data = wants_grad(plan, in0, input_grad);
+      switch (node.type) {
+        case LayerType::kConv:
+          build_conv_backward(plan, np, info, j, need_data);
+          break;
+        case LayerType::kFc:
+          build_fc_backward(plan, np, info, j, need_data);
+          break;
+        case LayerType::kMaxPool:
+        case LayerType::kAvgPool:
+        case LayerType::kGlobalAvgPool:
+          if (need_data) build_pool_backward(plan, np, info, j);
+          break;
+        case LayerType::kBatchNorm:
+          build_bn_backward(plan, np, info, j, need_data);
+          break;
+        case LayerType::kRelu:
+          if (need_data) build_relu_backward(plan, np, info, j);
+          break;
+        case LayerType::kAdd:
+          build_add_backward(plan, np, info, j, input_grad);
+          break;
+        case LayerType::kDropout:
+          if (need_data) {
+            np.deliveries.push_back(plan_delivery(plan, in0, plan.t[j].get_desc(), node.name));
+            np.delivery_slot.push_back(0);
+          }
+          break;
+        case LayerType::kFlatten:
+          if (need_data) {
+            const memory dview(plain_desc(with_batch(plan.batch, node.in)), engine,
+                               plan.d[j].get_data_handle());
+            np.deliveries.push_back(plan_pass_on(plan, in0, dview, node.name));
+            np.delivery_slot.push_back(0);
+          }
+          break;
+      }
     }
     attach_scratch(plan);
     plan.has_backward = true;
     plan.has_input_grad = input_grad;
   }
 
-  // Backward of layer i: weights (and bias) gradients, and the gradient of
-  // its input when need_data.
-  void build_conv_backward(Plan& plan, LayerPlan& lp, LayerInfo& info, std::size_t i,
+  // The backward of a ReLU fused into node j (a post-op of its forward):
+  // dL/d(pre-ReLU) = dL/doutput where the output is > 0, in place, by
+  // oneDNN's eltwise on the stored output.
+  void build_relu_mask(Plan& plan, NodePlan& np, std::size_t j) {
+    const dnnl::eltwise_forward::desc fd(dnnl::prop_kind::forward_training,
+                                         dnnl::algorithm::eltwise_relu_use_dst_for_bwd,
+                                         plan.t[j].get_desc(), 0.0f, 0.0f);
+    const dnnl::eltwise_forward::primitive_desc fpd(fd, make_attr(false), engine);
+    const dnnl::eltwise_backward::desc bd(dnnl::algorithm::eltwise_relu_use_dst_for_bwd,
+                                          plan.d[j].get_desc(), plan.t[j].get_desc(), 0.0f, 0.0f);
+    const dnnl::eltwise_backward::primitive_desc bpd(bd, make_attr(false), engine, fpd);
+    note_scratch(plan, bpd);
+    np.relu_bwd = Exec{
+        dnnl::eltwise_backward(bpd),
+        {{DNNL_ARG_DST, plan.t[j]}, {DNNL_ARG_DIFF_DST, plan.d[j]}, {DNNL_ARG_DIFF_SRC, plan.d[j]}},
+        graph.nodes[j].name + " relu bwd: " + bpd.impl_info_str()};
+  }
+
+  void build_conv_backward(Plan& plan, NodePlan& np, NodeInfo& info, std::size_t j,
                            bool need_data) {
     const dnnl::primitive_attr attr = make_attr(false);
-    const std::string& name = info.spec.name;
-    const memory::dims one = {1, 1};
-    const auto& fpd = lp.conv_pd;
+    const Node& node = *info.node;
+    const std::string& name = node.name;
+    const bool has_bias = node.bias >= 0;
+    const memory::desc b_md = has_bias ? plain_desc({node.units}) : memory::desc();
+    const auto& fpd = np.conv_pd;
     const dnnl::convolution_backward_weights::desc wd(
-        dnnl::algorithm::convolution_direct, lp.bwd_w_src_md, any_desc(info.w_dims),
-        plain_desc({info.units}), lp.bwd_w_diff_dst_md, one, one, one);
+        dnnl::algorithm::convolution_direct, np.bwd_w_src_md, any_desc(info.w_dims), b_md,
+        np.bwd_w_diff_dst_md, info.strides, info.pad_l, info.pad_r);
     const dnnl::convolution_backward_weights::primitive_desc wpd(wd, attr, engine, fpd);
     note_scratch(plan, wpd);
-    set_weight_grads(plan, lp, info, wpd.diff_weights_desc());
-    lp.src_w = lp.src;
-    lp.src_w_reorder.reset();
-    if (wpd.src_desc() != lp.src.get_desc()) {
-      lp.src_w = memory(wpd.src_desc(), engine);
-      lp.src_w_reorder = make_reorder(plan, lp.src, lp.src_w, name + " input reorder (bwd)");
+    set_weight_grads(plan, np, info, wpd.diff_weights_desc());
+    np.src_w = np.src;
+    if (wpd.src_desc() != np.src.get_desc()) {
+      np.src_w = memory(wpd.src_desc(), engine);
+      np.src_w_reorder = make_reorder(plan, np.src, np.src_w, name + " input reorder (bwd)");
     }
-    lp.diff_dst_w = plan.d[i + 1];
-    lp.diff_dst_w_reorder.reset();
-    if (wpd.diff_dst_desc() != plan.d[i + 1].get_desc()) {
-      lp.diff_dst_w = memory(wpd.diff_dst_desc(), engine);
-      lp.diff_dst_w_reorder =
-          make_reorder(plan, plan.d[i + 1], lp.diff_dst_w, name + " doutput reorder");
+    np.diff_dst_w = plan.d[j];
+    if (wpd.diff_dst_desc() != plan.d[j].get_desc()) {
+      np.diff_dst_w = memory(wpd.diff_dst_desc(), engine);
+      np.diff_dst_w_reorder =
+          make_reorder(plan, plan.d[j], np.diff_dst_w, name + " doutput reorder");
     }
-    lp.bwd_weights = Exec{dnnl::convolution_backward_weights(wpd),
-                          {{DNNL_ARG_SRC, lp.src_w},
-                           {DNNL_ARG_DIFF_DST, lp.diff_dst_w},
-                           {DNNL_ARG_DIFF_WEIGHTS, lp.dw},
-                           {DNNL_ARG_DIFF_BIAS, lp.diff_bias}},
+    np.bwd_weights = Exec{dnnl::convolution_backward_weights(wpd),
+                          {{DNNL_ARG_SRC, np.src_w},
+                           {DNNL_ARG_DIFF_DST, np.diff_dst_w},
+                           {DNNL_ARG_DIFF_WEIGHTS, np.dw}},
                           name + " bwd weights: " + wpd.impl_info_str()};
+    if (has_bias) np.bwd_weights->args[DNNL_ARG_DIFF_BIAS] = np.diff_bias;
     if (need_data) {
-      const dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct,
-                                                     fpd.src_desc(), any_desc(info.w_dims),
-                                                     fpd.dst_desc(), one, one, one);
+      const dnnl::convolution_backward_data::desc dd(
+          dnnl::algorithm::convolution_direct, fpd.src_desc(), any_desc(info.w_dims),
+          fpd.dst_desc(), info.strides, info.pad_l, info.pad_r);
       const dnnl::convolution_backward_data::primitive_desc dpd(dd, attr, engine, fpd);
       note_scratch(plan, dpd);
-      set_backward_data(plan, lp, info, dpd.weights_desc(), i);
-      lp.bwd_data = Exec{dnnl::convolution_backward_data(dpd),
-                         {{DNNL_ARG_DIFF_DST, plan.d[i + 1]},
-                          {DNNL_ARG_WEIGHTS, lp.w_bwd},
-                          {DNNL_ARG_DIFF_SRC, lp.diff_src}},
-                         name + " bwd data: " + dpd.impl_info_str()};
+      set_backward_weights(plan, np, info, dpd.weights_desc());
+      Delivery dl = plan_delivery(plan, node.inputs[0], np.src.get_desc(), name);
+      np.bwd = Exec{dnnl::convolution_backward_data(dpd),
+                    {{DNNL_ARG_DIFF_DST, plan.d[j]},
+                     {DNNL_ARG_WEIGHTS, np.w_bwd},
+                     {DNNL_ARG_DIFF_SRC, dl.target}},
+                    name + " bwd data: " + dpd.impl_info_str()};
+      np.deliveries.push_back(std::move(dl));
+      np.delivery_slot.push_back(0);
     }
   }
 
-  void build_fc_backward(Plan& plan, LayerPlan& lp, LayerInfo& info, std::size_t i,
-                         bool need_data) {
+  void build_fc_backward(Plan& plan, NodePlan& np, NodeInfo& info, std::size_t j, bool need_data) {
     const dnnl::primitive_attr attr = make_attr(false);
-    const std::string& name = info.spec.name;
-    const auto& fpd = lp.ip_pd;
+    const Node& node = *info.node;
+    const std::string& name = node.name;
+    const bool has_bias = node.bias >= 0;
+    const memory::desc b_md = has_bias ? plain_desc({node.units}) : memory::desc();
+    const auto& fpd = np.ip_pd;
     // Same weights layout as the forward (plain when choose_fc could).
-    const dnnl::inner_product_backward_weights::desc wd(fpd.src_desc(), fpd.weights_desc(),
-                                                        plain_desc({info.units}), fpd.dst_desc());
+    const dnnl::inner_product_backward_weights::desc wd(fpd.src_desc(), fpd.weights_desc(), b_md,
+                                                        fpd.dst_desc());
     const dnnl::inner_product_backward_weights::primitive_desc wpd(wd, attr, engine, fpd);
     note_scratch(plan, wpd);
-    set_weight_grads(plan, lp, info, wpd.diff_weights_desc());
-    lp.bwd_weights = Exec{dnnl::inner_product_backward_weights(wpd),
-                          {{DNNL_ARG_SRC, lp.src},
-                           {DNNL_ARG_DIFF_DST, plan.d[i + 1]},
-                           {DNNL_ARG_DIFF_WEIGHTS, lp.dw},
-                           {DNNL_ARG_DIFF_BIAS, lp.diff_bias}},
-                          name + " bwd weights: " + wpd.impl_info_str()};
+    set_weight_grads(plan, np, info, wpd.diff_weights_desc());
+    np.bwd_weights = Exec{
+        dnnl::inner_product_backward_weights(wpd),
+        {{DNNL_ARG_SRC, np.src}, {DNNL_ARG_DIFF_DST, plan.d[j]}, {DNNL_ARG_DIFF_WEIGHTS, np.dw}},
+        name + " bwd weights: " + wpd.impl_info_str()};
+    if (has_bias) np.bwd_weights->args[DNNL_ARG_DIFF_BIAS] = np.diff_bias;
     if (need_data) {
       const dnnl::inner_product_backward_data::desc dd(fpd.src_desc(), fpd.weights_desc(),
                                                        fpd.dst_desc());
       const dnnl::inner_product_backward_data::primitive_desc dpd(dd, attr, engine, fpd);
       note_scratch(plan, dpd);
-      set_backward_data(plan, lp, info, dpd.weights_desc(), i);
-      lp.bwd_data = Exec{dnnl::inner_product_backward_data(dpd),
-                         {{DNNL_ARG_DIFF_DST, plan.d[i + 1]},
-                          {DNNL_ARG_WEIGHTS, lp.w_bwd},
-                          {DNNL_ARG_DIFF_SRC, lp.diff_src}},
-                         name + " bwd data: " + dpd.impl_info_str()};
+      set_backward_weights(plan, np, info, dpd.weights_desc());
+      Delivery dl = plan_delivery(plan, node.inputs[0], np.src.get_desc(), name);
+      np.bwd = Exec{dnnl::inner_product_backward_data(dpd),
+                    {{DNNL_ARG_DIFF_DST, plan.d[j]},
+                     {DNNL_ARG_WEIGHTS, np.w_bwd},
+                     {DNNL_ARG_DIFF_SRC, dl.target}},
+                    name + " bwd data: " + dpd.impl_info_str()};
+      np.deliveries.push_back(std::move(dl));
+      np.delivery_slot.push_back(0);
     }
   }
 
-  void build_pool_backward(Plan& plan, LayerPlan& lp, std::size_t i, bool need_data) {
+  void build_pool_backward(Plan& plan, NodePlan& np, NodeInfo& info, std::size_t j) {
     const dnnl::primitive_attr attr = make_attr(false);
-    if (!need_data) return;
-    const dnnl::pooling_backward::desc bd(dnnl::algorithm::pooling_max, plan.t[i].get_desc(),
-                                          lp.pool_pd.dst_desc(), {2, 2}, {2, 2}, {0, 0}, {0, 0});
-    const dnnl::pooling_backward::primitive_desc bpd(bd, attr, engine, lp.pool_pd);
+    const Node& node = *info.node;
+    const memory& in = tensor(plan, node.inputs[0]);
+    const dnnl::pooling_backward::desc bd(pool_algorithm(node), in.get_desc(),
+                                          np.pool_pd.dst_desc(), info.strides, info.kernel,
+                                          info.pad_l, info.pad_r);
+    const dnnl::pooling_backward::primitive_desc bpd(bd, attr, engine, np.pool_pd);
     note_scratch(plan, bpd);
-    lp.bwd_data = Exec{dnnl::pooling_backward(bpd),
-                       {{DNNL_ARG_DIFF_DST, plan.d[i + 1]},
-                        {DNNL_ARG_DIFF_SRC, plan.d[i]},
-                        {DNNL_ARG_WORKSPACE, lp.workspace}},
-                       "maxpool bwd: " + std::string(bpd.impl_info_str())};
+    Delivery dl = plan_delivery(plan, node.inputs[0], bpd.diff_src_desc(), node.name);
+    np.bwd = Exec{dnnl::pooling_backward(bpd),
+                  {{DNNL_ARG_DIFF_DST, plan.d[j]}, {DNNL_ARG_DIFF_SRC, dl.target}},
+                  node.name + " bwd: " + bpd.impl_info_str()};
+    if (node.type == LayerType::kMaxPool) np.bwd->args[DNNL_ARG_WORKSPACE] = np.workspace;
+    np.deliveries.push_back(std::move(dl));
+    np.delivery_slot.push_back(0);
   }
 
-  void set_weight_grads(Plan& plan, LayerPlan& lp, LayerInfo& info, const memory::desc& dw_md) {
-    lp.dw_plain = user_memory(plain_desc(info.w_dims));
-    lp.diff_bias = user_memory(plain_desc({info.units}));
-    if (dw_md == lp.dw_plain.get_desc()) {
-      lp.dw = lp.dw_plain;
+  void build_bn_backward(Plan& plan, NodePlan& np, NodeInfo& info, std::size_t j, bool need_data) {
+    const dnnl::primitive_attr attr = make_attr(false);
+    const Node& node = *info.node;
+    const memory& in = tensor(plan, node.inputs[0]);
+    auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    if (node.relu) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
+    const dnnl::batch_normalization_backward::desc bd(dnnl::prop_kind::backward,
+                                                      plan.d[j].get_desc(), in.get_desc(),
+                                                      static_cast<float>(node.attr.eps), flags);
+    const dnnl::batch_normalization_backward::primitive_desc bpd(bd, attr, engine, np.bn_pd);
+    note_scratch(plan, bpd);
+    np.diff_scale = user_memory(plain_desc({node.out[0]}));
+    np.diff_shift = user_memory(plain_desc({node.out[0]}));
+    Delivery dl;
+    if (need_data) {
+      dl = plan_delivery(plan, node.inputs[0], bpd.diff_src_desc(), node.name);
     } else {
-      lp.dw = memory(dw_md, engine);
-      lp.dw_reorder = make_reorder(plan, lp.dw, lp.dw_plain, info.spec.name + " dweights reorder");
+      dl.target = memory(bpd.diff_src_desc(), engine);  // computed anyway, unused
+    }
+    np.bwd = Exec{dnnl::batch_normalization_backward(bpd),
+                  {{DNNL_ARG_SRC, in},
+                   {DNNL_ARG_MEAN, np.mean},
+                   {DNNL_ARG_VARIANCE, np.var},
+                   {DNNL_ARG_DIFF_DST, plan.d[j]},
+                   {DNNL_ARG_SCALE, np.scale},
+                   // oneDNN 2.6 will not execute without the shift (it does not read it).
+                   {DNNL_ARG_SHIFT, np.shift},
+                   {DNNL_ARG_DIFF_SRC, dl.target},
+                   {DNNL_ARG_DIFF_SCALE, np.diff_scale},
+                   {DNNL_ARG_DIFF_SHIFT, np.diff_shift}},
+                  node.name + " bwd: " + bpd.impl_info_str()};
+    if (node.relu) np.bwd->args[DNNL_ARG_WORKSPACE] = np.workspace;
+    if (need_data) {
+      np.deliveries.push_back(std::move(dl));
+      np.delivery_slot.push_back(0);
     }
   }
 
-  void set_backward_data(Plan& plan, LayerPlan& lp, LayerInfo& info, const memory::desc& w_md,
-                         std::size_t i) {
-    if (w_md == lp.w_fwd.get_desc()) {
-      lp.w_bwd = lp.w_fwd;
-    } else if (w_md == lp.w_plain.get_desc()) {
-      lp.w_bwd = lp.w_plain;
-    } else {
-      lp.w_bwd = memory(w_md, engine);
-      lp.w_bwd_reorder =
-          make_reorder(plan, lp.w_plain, lp.w_bwd, info.spec.name + " bwd weights reorder");
+  void build_relu_backward(Plan& plan, NodePlan& np, NodeInfo& info, std::size_t j) {
+    const dnnl::primitive_attr attr = make_attr(false);
+    const Node& node = *info.node;
+    const dnnl::eltwise_backward::desc bd(dnnl::algorithm::eltwise_relu_use_dst_for_bwd,
+                                          plan.d[j].get_desc(), plan.t[j].get_desc(), 0.0f, 0.0f);
+    const dnnl::eltwise_backward::primitive_desc bpd(bd, attr, engine, np.eltwise_pd);
+    note_scratch(plan, bpd);
+    Delivery dl = plan_delivery(plan, node.inputs[0], bpd.diff_src_desc(), node.name);
+    np.bwd = Exec{
+        dnnl::eltwise_backward(bpd),
+        {{DNNL_ARG_DST, plan.t[j]}, {DNNL_ARG_DIFF_DST, plan.d[j]}, {DNNL_ARG_DIFF_SRC, dl.target}},
+        node.name + " bwd: " + bpd.impl_info_str()};
+    np.deliveries.push_back(std::move(dl));
+    np.delivery_slot.push_back(0);
+  }
+
+  // dL/d(each input) = dL/doutput (after the fused ReLU's mask). Input 0
+  // shares the output's gradient buffer when nothing else reads it (the
+  // residual branch's last batch norm); the shortcut gets a copy, or a sum.
+  void build_add_backward(Plan& plan, NodePlan& np, NodeInfo& info, std::size_t j,
+                          bool input_grad) {
+    const Node& node = *info.node;
+    const int in0 = node.inputs[0], in1 = node.inputs[1];
+    if (in0 != kGraphInput && in0 != in1 &&
+        graph.consumers_count[static_cast<std::size_t>(in0)] == 1 &&
+        !plan.d_started[static_cast<std::size_t>(in0)] &&
+        plan.t[static_cast<std::size_t>(in0)].get_desc() == plan.d[j].get_desc()) {
+      plan.d_started[static_cast<std::size_t>(in0)] = true;
+      plan.d[static_cast<std::size_t>(in0)] = plan.d[j];
+      np.alias_input0 = true;
     }
-    if (lp.src == plan.t[i]) {
-      lp.diff_src = plan.d[i];
-    } else {
-      lp.diff_src = memory(lp.src.get_desc(), engine);
-      lp.diff_src_reorder =
-          make_reorder(plan, lp.diff_src, plan.d[i], info.spec.name + " dinput reorder");
+    for (int slot = 0; slot < 2; ++slot) {
+      const int id = node.inputs[static_cast<std::size_t>(slot)];
+      if ((slot == 0 && np.alias_input0) || !wants_grad(plan, id, input_grad)) continue;
+      np.deliveries.push_back(plan_pass_on(plan, id, plan.d[j], node.name));
+      np.delivery_slot.push_back(slot);
     }
   }
 
-  Plan& plan_for(int batch, bool backward, bool input_grad) {
+  void set_weight_grads(Plan& plan, NodePlan& np, NodeInfo& info, const memory::desc& dw_md) {
+    np.dw_plain = user_memory(plain_desc(info.w_dims));
+    np.diff_bias = user_memory(plain_desc({info.node->units}));
+    if (dw_md == np.dw_plain.get_desc()) {
+      np.dw = np.dw_plain;
+    } else {
+      np.dw = memory(dw_md, engine);
+      np.dw_reorder = make_reorder(plan, np.dw, np.dw_plain, info.node->name + " dweights reorder");
+    }
+  }
+
+  void set_backward_weights(Plan& plan, NodePlan& np, NodeInfo& info, const memory::desc& w_md) {
+    if (w_md == np.w_fwd.get_desc()) {
+      np.w_bwd = np.w_fwd;
+    } else if (w_md == np.w_plain.get_desc()) {
+      np.w_bwd = np.w_plain;
+    } else {
+      np.w_bwd = memory(w_md, engine);
+      np.w_bwd_reorder =
+          make_reorder(plan, np.w_plain, np.w_bwd, info.node->name + " bwd weights reorder");
+    }
+  }
+
+  Plan& plan_for(int batch, bool training, bool backward, bool input_grad) {
     if (batch < 1 || batch > max_batch) {
       throw InternalError("batch " + std::to_string(batch) + " is outside [1, max_batch = " +
                           std::to_string(max_batch) + "] of this network");
     }
-    auto it = plans.find(batch);
+    const auto key = std::make_pair(batch, training);
+    auto it = plans.find(key);
     try {
-      if (it == plans.end()) it = plans.emplace(batch, build_forward(batch)).first;
+      if (it == plans.end()) it = plans.emplace(key, build_forward(batch, training)).first;
       Plan& plan = *it->second;
       if (backward && (!plan.has_backward || (input_grad && !plan.has_input_grad))) {
         build_backward(plan, input_grad);
@@ -581,140 +1046,222 @@ struct CpuNetwork::Impl {
     if (e) run(*e);
   }
 
+  // The dropout key of a step: fixed, or a hash of the batch.
+  std::uint64_t batch_key(const float* images, const std::int32_t* labels, int batch) const {
+    if (dropout_key) return *dropout_key;
+    const std::size_t floats =
+        static_cast<std::size_t>(batch) *
+        static_cast<std::size_t>(graph.input[0] * graph.input[1] * graph.input[2]);
+    std::uint64_t h = 0x51ed27b0f3c1a5d3ULL;
+    for (std::size_t i = 0; i < floats; ++i) {
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, images + i, sizeof(bits));
+      h = mix(h ^ bits);
+    }
+    for (int i = 0; i < (labels != nullptr ? batch : 0); ++i) {
+      h = mix(h ^ static_cast<std::uint32_t>(labels[i]));
+    }
+    return h;
+  }
+
   void forward(Plan& plan, const float* params, const float* images, bool backward) {
-    plan.t[0].set_data_handle(const_cast<float*>(images));
-    for (std::size_t i = 0; i < infos.size(); ++i) {
-      LayerInfo& info = infos[i];
-      LayerPlan& lp = plan.layers[i];
-      if (info.has_params) {
-        if (net.weight_norm) {
-          ops::weight_norm_forward(params + info.w_off, params + info.g_off, info.units,
-                                   info.fan_in, info.w_eff.data(), info.norm.data());
-          lp.w_plain.set_data_handle(info.w_eff.data());
-        } else {
-          lp.w_plain.set_data_handle(const_cast<float*>(params + info.w_off));
-        }
-        lp.bias.set_data_handle(const_cast<float*>(params + info.b_off));
-        run(lp.w_fwd_reorder);
-        if (backward) run(lp.w_bwd_reorder);
-      }
-      run(lp.src_reorder);
-      run(lp.fwd);
-      if (info.spec.kind == LayerKind::kRelu) {
-        ops::relu_forward(data_of(plan.t[i]), float_count(plan.t[i]), data_of(plan.t[i + 1]));
+    plan.input.set_data_handle(const_cast<float*>(images));
+    for (std::size_t j = 0; j < infos.size(); ++j) {
+      NodeInfo& info = infos[j];
+      const Node& node = *info.node;
+      NodePlan& np = plan.nodes[j];
+      switch (node.type) {
+        case LayerType::kConv:
+        case LayerType::kFc:
+          if (node.attr.weight_norm) {
+            ops::weight_norm_forward(params + info.w_off, params + info.g_off, node.units,
+                                     node.fan_in, info.w_eff.data(), info.norm.data());
+            np.w_plain.set_data_handle(info.w_eff.data());
+          } else {
+            np.w_plain.set_data_handle(const_cast<float*>(params + info.w_off));
+          }
+          if (node.bias >= 0) np.bias.set_data_handle(const_cast<float*>(params + info.b_off));
+          run(np.w_fwd_reorder);
+          if (backward) run(np.w_bwd_reorder);
+          run(np.src_reorder);
+          run(np.fwd);
+          break;
+        case LayerType::kBatchNorm:
+          np.scale.set_data_handle(const_cast<float*>(params + info.scale_off));
+          np.shift.set_data_handle(const_cast<float*>(params + info.shift_off));
+          run(np.fwd);
+          break;
+        case LayerType::kAdd:
+          run(np.src1_reorder);
+          run(np.fwd);
+          break;
+        case LayerType::kDropout:
+          if (plan.training) dropout_forward(plan, j);
+          break;
+        default:
+          run(np.fwd);
+          break;
       }
     }
     run(plan.logits_reorder);
     stream.wait();
   }
 
+  // y = x * keep / (1 - rate), keep drawn per element from the step key and
+  // the node, so the draw is a pure function of (key, node, position).
+  void dropout_forward(Plan& plan, std::size_t j) {
+    stream.wait();
+    const Node& node = *infos[j].node;
+    NodePlan& np = plan.nodes[j];
+    const float* x = data_of(tensor(plan, node.inputs[0]));
+    float* y = data_of(plan.t[j]);
+    const auto n = static_cast<std::int64_t>(np.mask.size());
+    const double rate = node.attr.rate;
+    const std::uint64_t threshold = static_cast<std::uint64_t>(rate * 0x1.0p53);
+    const auto keep_scale = static_cast<float>(1.0 / (1.0 - rate));
+    const std::uint64_t key = mix(step_key ^ mix(j));
+    std::uint8_t* mask = np.mask.data();
+#pragma omp parallel for simd if (n > (1 << 18)) schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const bool keep = (mix(key + static_cast<std::uint64_t>(i)) >> 11) >= threshold;
+      mask[i] = keep ? 1 : 0;
+      y[i] = keep ? x[i] * keep_scale : 0.0f;
+    }
+  }
+
   void backward(Plan& plan, const float* params, float* grad, float* input_grad) {
     run(plan.dlogits_reorder);
-    if (input_grad != nullptr) plan.d[0].set_data_handle(input_grad);
-    for (std::size_t k = infos.size(); k-- > 0;) {
-      LayerInfo& info = infos[k];
-      LayerPlan& lp = plan.layers[k];
-      const bool need_data = k > 0 || input_grad != nullptr;
-      switch (info.spec.kind) {
-        case LayerKind::kConv3x3:
-        case LayerKind::kFc: {
-          if (info.spec.relu) {
-            float* dy = data_of(plan.d[k + 1]);
-            ops::relu_backward(data_of(plan.t[k + 1]), dy, float_count(plan.d[k + 1]), dy);
-          }
-          lp.dw_plain.set_data_handle(net.weight_norm ? info.dw.data() : grad + info.w_off);
-          lp.diff_bias.set_data_handle(grad + info.b_off);
-          run(lp.src_w_reorder);
-          run(lp.diff_dst_w_reorder);
-          run(lp.bwd_weights);
-          run(lp.dw_reorder);
-          if (net.weight_norm) {
+    if (input_grad != nullptr) plan.input_grad.set_data_handle(input_grad);
+    for (std::size_t j = infos.size(); j-- > 0;) {
+      NodeInfo& info = infos[j];
+      const Node& node = *info.node;
+      NodePlan& np = plan.nodes[j];
+      run(np.relu_bwd);
+      switch (node.type) {
+        case LayerType::kConv:
+        case LayerType::kFc:
+          np.dw_plain.set_data_handle(node.attr.weight_norm ? info.dw.data() : grad + info.w_off);
+          if (node.bias >= 0) np.diff_bias.set_data_handle(grad + info.b_off);
+          run(np.src_w_reorder);
+          run(np.diff_dst_w_reorder);
+          run(np.bwd_weights);
+          run(np.dw_reorder);
+          if (node.attr.weight_norm) {
+            stream.wait();
             ops::weight_norm_backward(info.dw.data(), params + info.w_off, params + info.g_off,
-                                      info.norm.data(), info.units, info.fan_in, grad + info.w_off,
+                                      info.norm.data(), node.units, node.fan_in, grad + info.w_off,
                                       grad + info.g_off);
           }
-          if (need_data) {
-            run(lp.bwd_data);
-            run(lp.diff_src_reorder);
+          run(np.bwd);
+          break;
+        case LayerType::kBatchNorm:
+          np.scale.set_data_handle(const_cast<float*>(params + info.scale_off));
+          np.shift.set_data_handle(const_cast<float*>(params + info.shift_off));
+          np.diff_scale.set_data_handle(grad + info.scale_off);
+          np.diff_shift.set_data_handle(grad + info.shift_off);
+          run(np.bwd);
+          break;
+        case LayerType::kDropout:
+          if (!np.deliveries.empty()) {
+            stream.wait();
+            const float* dy = data_of(plan.d[j]);
+            float* dx = data_of(np.deliveries[0].target);
+            const auto keep_scale = static_cast<float>(1.0 / (1.0 - node.attr.rate));
+            const std::uint8_t* mask = np.mask.data();
+            const auto n = static_cast<std::int64_t>(np.mask.size());
+#pragma omp parallel for simd if (n > (1 << 18)) schedule(static)
+            for (std::int64_t i = 0; i < n; ++i) dx[i] = mask[i] != 0 ? dy[i] * keep_scale : 0.0f;
           }
           break;
-        }
-        case LayerKind::kMaxPool2x2:
-          if (need_data) run(lp.bwd_data);
-          break;
-        case LayerKind::kRelu:
-          if (need_data) {
-            ops::relu_backward(data_of(plan.t[k + 1]), data_of(plan.d[k + 1]),
-                               float_count(plan.d[k + 1]), data_of(plan.d[k]));
-          }
+        default:
+          run(np.bwd);
           break;
       }
+      for (Delivery& dl : np.deliveries) deliver(dl);
     }
     stream.wait();
   }
 
-  float step(const float* params, const float* images, const std::int32_t* labels, int batch,
-             float* grad, float* input_grad) {
+  double step(const float* params, const float* images, const std::int32_t* labels, int batch,
+              float* grad, float* input_grad, bool with_backward) {
     if (images == nullptr || labels == nullptr ||
-        ((params == nullptr || grad == nullptr) && layout.count > 0)) {
+        ((params == nullptr || (grad == nullptr && with_backward)) && graph.layout.count > 0)) {
       throw InternalError("CpuNetwork::train_step: null buffer");
     }
     set_threads();
-    Plan& plan = plan_for(batch, true, input_grad != nullptr);
-    forward(plan, params, images, true);
-    const double loss = ops::softmax_cross_entropy(data_of(plan.logits), labels, batch, classes,
-                                                   data_of(plan.dlogits));
-    backward(plan, params, grad, input_grad);
-    return static_cast<float>(loss);
+    Plan& plan = plan_for(batch, true, with_backward, input_grad != nullptr);
+    if (graph.has_dropout) step_key = batch_key(images, labels, batch);
+    forward(plan, params, images, with_backward);
+    const double loss =
+        ops::softmax_cross_entropy(data_of(plan.logits), labels, batch, graph.outputs,
+                                   with_backward ? data_of(plan.dlogits) : nullptr);
+    if (with_backward) backward(plan, params, grad, input_grad);
+    return loss;
   }
 };
 
-CpuNetwork::CpuNetwork(NetSpec net, int max_batch, int threads) : m_impl(std::make_unique<Impl>()) {
+CpuNetwork::CpuNetwork(Graph graph, int max_batch, int threads) : m_impl(std::make_unique<Impl>()) {
   if (max_batch < 1) {
     throw ConfigError("network max batch must be >= 1, got " + std::to_string(max_batch));
   }
   Impl& im = *m_impl;
-  im.layout = param_layout(net);
-  im.classes = output_count(net);
-  im.net = std::move(net);
+  im.graph = std::move(graph);
   im.max_batch = max_batch;
   im.threads = threads;
-  const auto shapes = layer_output_shapes(im.net);
-  memory::dims in = {im.net.channels, im.net.height, im.net.width};
-  for (std::size_t i = 0; i < im.net.layers.size(); ++i) {
-    LayerInfo info;
-    info.spec = im.net.layers[i];
-    info.in_shape = in;
-    info.out_shape = memory::dims(shapes[i].begin(), shapes[i].end());
-    if (info.spec.kind == LayerKind::kConv3x3 || info.spec.kind == LayerKind::kFc) {
-      if (info.spec.kind == LayerKind::kConv3x3 && in.size() != 3) {
-        throw ConfigError("conv layer '" + info.spec.name + "' needs an image input");
+  const ParamLayout& layout = im.graph.layout;
+  im.infos.resize(im.graph.nodes.size());
+  for (std::size_t j = 0; j < im.graph.nodes.size(); ++j) {
+    NodeInfo& info = im.infos[j];
+    const Node& node = im.graph.nodes[j];
+    info.node = &node;
+    const LayerDesc& a = node.attr;
+    switch (node.type) {
+      case LayerType::kConv:
+      case LayerType::kFc: {
+        info.w_dims = {node.units};
+        if (node.type == LayerType::kConv) {
+          info.w_dims.insert(info.w_dims.end(), {node.in[0], a.kernel, a.kernel});
+          info.strides = {a.stride, a.stride};
+          // Symmetric padding, output sizes rounded down (as PyTorch):
+          // oneDNN rounds (in + pad_l + pad_r - kernel) / stride down too.
+          info.pad_l = {a.pad, a.pad};
+          info.pad_r = {a.pad, a.pad};
+        } else {
+          info.w_dims.insert(info.w_dims.end(), node.in.begin(), node.in.end());
+        }
+        info.w_off = layout.views[static_cast<std::size_t>(node.weight)].offset;
+        if (a.weight_norm) {
+          info.g_off = layout.views[static_cast<std::size_t>(node.gain)].offset;
+          const auto wn = static_cast<std::size_t>(node.units * node.fan_in);
+          info.w_eff.resize(wn);
+          info.dw.resize(wn);
+          info.norm.resize(static_cast<std::size_t>(node.units));
+        }
+        if (node.bias >= 0) info.b_off = layout.views[static_cast<std::size_t>(node.bias)].offset;
+        break;
       }
-      const std::string& n = info.spec.name;
-      info.has_params = true;
-      info.units = info.spec.out;
-      info.w_dims = {info.units};
-      if (info.spec.kind == LayerKind::kConv3x3) {
-        info.w_dims.insert(info.w_dims.end(), {in[0], 3, 3});
-      } else {
-        info.w_dims.insert(info.w_dims.end(), in.begin(), in.end());
-      }
-      info.fan_in = 1;
-      for (std::size_t j = 1; j < info.w_dims.size(); ++j) info.fan_in *= info.w_dims[j];
-      if (im.net.weight_norm) {
-        info.w_off = im.layout.find(n + ".v").offset;
-        info.g_off = im.layout.find(n + ".g").offset;
-        const std::size_t wn = static_cast<std::size_t>(info.units * info.fan_in);
-        info.w_eff.resize(wn);
-        info.dw.resize(wn);
-        info.norm.resize(static_cast<std::size_t>(info.units));
-      } else {
-        info.w_off = im.layout.find(n + ".w").offset;
-      }
-      info.b_off = im.layout.find(n + ".b").offset;
+      case LayerType::kMaxPool:
+      case LayerType::kAvgPool:
+        info.kernel = {a.kernel, a.kernel};
+        info.strides = {a.stride, a.stride};
+        info.pad_l = {a.pad, a.pad};
+        info.pad_r = {a.pad, a.pad};
+        break;
+      case LayerType::kGlobalAvgPool:
+        info.kernel = {node.in[1], node.in[2]};
+        info.strides = {node.in[1], node.in[2]};
+        info.pad_l = {0, 0};
+        info.pad_r = {0, 0};
+        break;
+      case LayerType::kBatchNorm:
+        info.scale_off = layout.views[static_cast<std::size_t>(node.scale)].offset;
+        info.shift_off = layout.views[static_cast<std::size_t>(node.shift)].offset;
+        info.mean.assign(static_cast<std::size_t>(node.out[0]), 0.0f);
+        info.var.assign(static_cast<std::size_t>(node.out[0]), 1.0f);
+        break;
+      default:
+        break;
     }
-    im.infos.push_back(std::move(info));
-    in = memory::dims(shapes[i].begin(), shapes[i].end());
   }
 }
 
@@ -722,35 +1269,98 @@ CpuNetwork::~CpuNetwork() = default;
 
 float CpuNetwork::train_step(const float* params, const float* images, const std::int32_t* labels,
                              int batch, float* grad) {
-  return m_impl->step(params, images, labels, batch, grad, nullptr);
+  return static_cast<float>(m_impl->step(params, images, labels, batch, grad, nullptr, true));
 }
 
 float CpuNetwork::train_step_with_input_grad(const float* params, const float* images,
                                              const std::int32_t* labels, int batch, float* grad,
                                              float* input_grad) {
   if (input_grad == nullptr) throw InternalError("train_step_with_input_grad: null input_grad");
-  return m_impl->step(params, images, labels, batch, grad, input_grad);
+  return static_cast<float>(m_impl->step(params, images, labels, batch, grad, input_grad, true));
+}
+
+double CpuNetwork::train_loss(const float* params, const float* images, const std::int32_t* labels,
+                              int batch) {
+  return m_impl->step(params, images, labels, batch, nullptr, nullptr, false);
 }
 
 void CpuNetwork::predict(const float* params, const float* images, int batch, float* logits) {
-  if (images == nullptr || logits == nullptr || (params == nullptr && m_impl->layout.count > 0)) {
+  Impl& im = *m_impl;
+  if (images == nullptr || logits == nullptr || (params == nullptr && im.graph.layout.count > 0)) {
     throw InternalError("CpuNetwork::predict: null buffer");
   }
-  Impl& im = *m_impl;
+  if (im.graph.has_batch_norm && !im.stats_set) {
+    throw InternalError(
+        "CpuNetwork::predict: a model with batch norm needs set_batch_norm_statistics() for the "
+        "parameters it evaluates first");
+  }
   im.set_threads();
-  Plan& plan = im.plan_for(batch, false, false);
+  // Without batch norm or dropout, inference is the training forward.
+  const bool training = !im.graph.has_batch_norm && !im.graph.has_dropout;
+  Plan& plan = im.plan_for(batch, training, false, false);
   im.forward(plan, params, images, false);
   const float* src = data_of(plan.logits);
-  std::copy(src, src + static_cast<std::int64_t>(batch) * im.classes, logits);
+  std::copy(src, src + static_cast<std::int64_t>(batch) * im.graph.outputs, logits);
+}
+
+bool CpuNetwork::has_batch_norm() const { return m_impl->graph.has_batch_norm; }
+
+void CpuNetwork::set_batch_norm_statistics(const float* params, const float* images, int batch,
+                                           int batches) {
+  Impl& im = *m_impl;
+  if (!im.graph.has_batch_norm) return;
+  if (batches < 1 || images == nullptr || (params == nullptr && im.graph.layout.count > 0)) {
+    throw InternalError("set_batch_norm_statistics: no batches or a null buffer");
+  }
+  im.set_threads();
+  Plan& plan = im.plan_for(batch, true, false, false);
+  const std::size_t per_example =
+      static_cast<std::size_t>(im.graph.input[0] * im.graph.input[1] * im.graph.input[2]);
+  std::vector<std::vector<double>> sum(im.infos.size()), sum_sq(im.infos.size());
+  for (int b = 0; b < batches; ++b) {
+    const float* x =
+        images + static_cast<std::size_t>(b) * static_cast<std::size_t>(batch) * per_example;
+    if (im.graph.has_dropout) im.step_key = im.batch_key(x, nullptr, batch);
+    im.forward(plan, params, x, false);
+    for (std::size_t j = 0; j < im.infos.size(); ++j) {
+      if (im.infos[j].node->type != LayerType::kBatchNorm) continue;
+      const auto c = static_cast<std::size_t>(im.infos[j].node->out[0]);
+      sum[j].resize(c, 0.0);
+      sum_sq[j].resize(c, 0.0);
+      const float* m = data_of(plan.nodes[j].mean);
+      const float* v = data_of(plan.nodes[j].var);
+      for (std::size_t k = 0; k < c; ++k) {
+        sum[j][k] += m[k];
+        sum_sq[j][k] += static_cast<double>(v[k]) + static_cast<double>(m[k]) * m[k];
+      }
+    }
+  }
+  // Equal batches: the mean of all examples is the mean of the batch means,
+  // and E[x^2] the mean of (var_b + mean_b^2).
+  for (std::size_t j = 0; j < im.infos.size(); ++j) {
+    NodeInfo& info = im.infos[j];
+    if (info.node->type != LayerType::kBatchNorm) continue;
+    for (std::size_t k = 0; k < info.mean.size(); ++k) {
+      const double mean = sum[j][k] / batches;
+      const double var = sum_sq[j][k] / batches - mean * mean;
+      info.mean[k] = static_cast<float>(mean);
+      info.var[k] = static_cast<float>(std::max(var, 0.0));
+    }
+  }
+  im.stats_set = true;
 }
 
 int CpuNetwork::max_batch() const { return m_impl->max_batch; }
 
-const ParamLayout& CpuNetwork::layout() const { return m_impl->layout; }
+void CpuNetwork::set_dropout_key(std::optional<std::uint64_t> key) { m_impl->dropout_key = key; }
+
+const ParamLayout& CpuNetwork::layout() const { return m_impl->graph.layout; }
+
+const Graph& CpuNetwork::graph() const { return m_impl->graph; }
 
 std::vector<std::string> CpuNetwork::implementations(int batch) {
   m_impl->set_threads();
-  Plan& plan = m_impl->plan_for(batch, true, false);
+  Plan& plan = m_impl->plan_for(batch, true, true, false);
   std::vector<std::string> out;
   m_impl->for_each_exec(plan, [&](Exec& e) { out.push_back(e.what); });
   return out;

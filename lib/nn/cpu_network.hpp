@@ -1,16 +1,19 @@
-// The CPU (oneDNN) network: runs a model's layer list (nn/model.hpp:
-// conv3x3 / maxpool2x2 / fc / relu, then softmax cross-entropy) with oneDNN
-// primitives cached per batch size. Any layer list can be built, so that the
-// tests can gradient-check each layer on its own (and w.r.t. its input).
+// The CPU (oneDNN) network: runs a model's layer graph (nn/graph.hpp:
+// convolution, batch norm, ReLU, residual add, max / average / global
+// average pooling, fully connected, dropout, flatten; then softmax
+// cross-entropy) with oneDNN primitives cached per batch size. Any graph can
+// be built, so that the tests can gradient-check each layer on its own (and
+// w.r.t. its input).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nn/backend.hpp"
-#include "nn/model.hpp"
+#include "nn/graph.hpp"
 
 namespace syncopt::nn::cpu {
 
@@ -18,7 +21,7 @@ class CpuNetwork final : public Network {
  public:
   // threads: OpenMP threads for oneDNN and the loops (0: leave the OpenMP
   // default). Throws ConfigError for max_batch < 1.
-  CpuNetwork(NetSpec net, int max_batch, int threads);
+  CpuNetwork(Graph graph, int max_batch, int threads);
   ~CpuNetwork() override;
   CpuNetwork(const CpuNetwork&) = delete;
   CpuNetwork& operator=(const CpuNetwork&) = delete;
@@ -30,12 +33,27 @@ class CpuNetwork final : public Network {
   float train_step_with_input_grad(const float* params, const float* images,
                                    const std::int32_t* labels, int batch, float* grad,
                                    float* input_grad);
+  // The loss train_step would return, by its forward pass alone (batch
+  // statistics, dropout drawn as train_step draws it): the function whose
+  // gradient train_step computes, for finite differences.
+  double train_loss(const float* params, const float* images, const std::int32_t* labels,
+                    int batch);
   void predict(const float* params, const float* images, int batch, float* logits) override;
+  bool has_batch_norm() const override;
+  void set_batch_norm_statistics(const float* params, const float* images, int batch,
+                                 int batches) override;
   int max_batch() const override;
 
+  // Dropout masks are drawn from a key; by default the key is a hash of the
+  // batch (images and labels), so a resumed or repeated step draws the same
+  // masks without any state. A fixed key (the tests) overrides it.
+  void set_dropout_key(std::optional<std::uint64_t> key);
+
   const ParamLayout& layout() const;
-  // oneDNN implementation chosen for every primitive of the plan of `batch`
-  // (e.g. "conv1 fwd: jit:avx2"); builds that plan. For checks and benchmarks.
+  const Graph& graph() const;
+  // oneDNN implementation chosen for every primitive of the training plan of
+  // `batch` (e.g. "conv1 fwd: jit:avx2"); builds that plan. For checks and
+  // benchmarks.
   std::vector<std::string> implementations(int batch);
 
  private:

@@ -1,24 +1,19 @@
-// Models as layer lists, their flat parameter layout, seeded initialisation
-// and the printable summary. Backend-independent: every rank and backend
-// derives the same layout and initial values from (ModelSpec, seed).
+// A model spec's layout, initialisation and summary (through its graph,
+// nn/graph.cpp), and the straight-line NetSpec form for the CUDA backend:
+// the adapter from the graph and the NetSpec's own shapes and layout, which
+// equal the graph's for the models it can describe.
 //
-// Layout order (fixed; a checkpoint / wire format depends on it): layers in
-// network order; per conv / fc layer "<name>.v", "<name>.g", "<name>.b" with
-// weight norm, "<name>.w", "<name>.b" without. Conv weights OIHW
-// [out, in, 3, 3]; fc weights [out, in] with `in` in NCHW-flatten order.
-//   cnn:    conv1(32) relu pool, conv2(64) relu pool, fc1(256) relu, fc2(classes)
-//   mlp:    fc1(mlp_hidden) relu, fc2(classes)
-//   logreg: fc1(classes)
+// NetSpec layout order: layers in network order; per conv / fc layer
+// "<name>.v", "<name>.g", "<name>.b" with weight norm, "<name>.w", "<name>.b"
+// without. Conv weights OIHW [out, in, 3, 3]; fc weights [out, in] with `in`
+// in NCHW-flatten order.
 #include "nn/model.hpp"
 
-#include <cmath>
 #include <cstdint>
-#include <numbers>
-#include <random>
-#include <sstream>
 #include <string>
 
 #include "common/error.hpp"
+#include "nn/graph.hpp"
 
 namespace syncopt::nn {
 
@@ -30,36 +25,52 @@ const ParamView& ParamLayout::find(const std::string& name) const {
 }
 
 NetSpec net_spec(const ModelSpec& spec) {
-  if (spec.channels < 1 || spec.height < 1 || spec.width < 1) {
-    throw ConfigError("model input must be at least 1x1x1, got " + std::to_string(spec.channels) +
-                      "x" + std::to_string(spec.height) + "x" + std::to_string(spec.width));
-  }
-  if (spec.classes < 2) {
-    throw ConfigError("model needs at least 2 classes, got " + std::to_string(spec.classes));
-  }
+  const Graph graph = model_graph(spec);
+  auto unsupported = [&](const Node& n, const std::string& why) {
+    return ConfigError("model '" + spec.name +
+                       "' is not yet supported by the CUDA backend, which runs straight lines of "
+                       "3x3 / stride 1 / pad 1 convolutions with bias, 2x2 max-pooling, fully "
+                       "connected layers with bias and ReLUs, weight norm on all or none of them: "
+                       "its node \"" +
+                       n.name + "\" (" + std::string(layer_type_name(n.type)) + ") " + why +
+                       "; use compute.backend = \"cpu\"");
+  };
   NetSpec net;
-  net.channels = spec.channels;
-  net.height = spec.height;
-  net.width = spec.width;
-  net.weight_norm = spec.weight_norm;
-  using K = LayerKind;
-  if (spec.name == "cnn") {
-    if (spec.height < 4 || spec.width < 4) {
-      throw ConfigError("model 'cnn' pools twice by 2 and needs images of at least 4x4, got " +
-                        std::to_string(spec.height) + "x" + std::to_string(spec.width));
+  net.channels = static_cast<int>(graph.input[0]);
+  net.height = static_cast<int>(graph.input[1]);
+  net.width = static_cast<int>(graph.input[2]);
+  bool first_weighted = true;
+  int prev = kGraphInput;
+  for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& n = graph.nodes[i];
+    if (n.inputs.size() != 1 || n.inputs[0] != prev) {
+      throw unsupported(n, "is not in a straight line");
     }
-    net.layers = {{K::kConv3x3, "conv1", 32, true}, {K::kMaxPool2x2, "", 0, false},
-                  {K::kConv3x3, "conv2", 64, true}, {K::kMaxPool2x2, "", 0, false},
-                  {K::kFc, "fc1", 256, true},       {K::kFc, "fc2", spec.classes, false}};
-  } else if (spec.name == "mlp") {
-    if (spec.mlp_hidden < 1) {
-      throw ConfigError("model.mlp_hidden must be >= 1, got " + std::to_string(spec.mlp_hidden));
+    prev = static_cast<int>(i);
+    const LayerDesc& a = n.attr;
+    switch (n.type) {
+      case LayerType::kConv:
+      case LayerType::kFc:
+        if (n.type == LayerType::kConv && (a.kernel != 3 || a.stride != 1 || a.pad != 1)) {
+          throw unsupported(n, "is not 3x3 / stride 1 / pad 1");
+        }
+        if (!a.bias) throw unsupported(n, "has no bias");
+        if (first_weighted) net.weight_norm = a.weight_norm;
+        if (a.weight_norm != net.weight_norm) throw unsupported(n, "mixes weight norm settings");
+        first_weighted = false;
+        net.layers.push_back({n.type == LayerType::kConv ? LayerKind::kConv3x3 : LayerKind::kFc,
+                              n.name, static_cast<int>(n.units), n.relu});
+        break;
+      case LayerType::kMaxPool:
+        if (a.kernel != 2 || a.stride != 2 || a.pad != 0) throw unsupported(n, "is not 2x2 / 2");
+        net.layers.push_back({LayerKind::kMaxPool2x2, "", 0, false});
+        break;
+      case LayerType::kRelu:
+        net.layers.push_back({LayerKind::kRelu, "", 0, false});
+        break;
+      default:
+        throw unsupported(n, "has no CUDA implementation yet");
     }
-    net.layers = {{K::kFc, "fc1", spec.mlp_hidden, true}, {K::kFc, "fc2", spec.classes, false}};
-  } else if (spec.name == "logreg") {
-    net.layers = {{K::kFc, "fc1", spec.classes, false}};
-  } else {
-    throw ConfigError("unknown model '" + spec.name + "'; use one of: cnn, mlp, logreg");
   }
   return net;
 }
@@ -103,9 +114,10 @@ std::int64_t output_count(const NetSpec& net) {
 
 ParamLayout param_layout(const NetSpec& net) {
   ParamLayout layout;
-  auto add = [&](const std::string& name, std::vector<std::int64_t> shape) {
+  auto add = [&](const std::string& name, std::vector<std::int64_t> shape, ParamRole role) {
     ParamView v;
     v.name = name;
+    v.role = role;
     v.offset = layout.count;
     v.count = 1;
     for (std::int64_t d : shape) v.count *= static_cast<std::size_t>(d);
@@ -127,140 +139,31 @@ ParamLayout param_layout(const NetSpec& net) {
         wshape = {l.out, fan_in};
       }
       if (net.weight_norm) {
-        add(l.name + ".v", wshape);
-        add(l.name + ".g", {l.out});
+        add(l.name + ".v", wshape, ParamRole::kDirection);
+        add(l.name + ".g", {l.out}, ParamRole::kGain);
       } else {
-        add(l.name + ".w", wshape);
+        add(l.name + ".w", wshape, ParamRole::kWeight);
       }
-      add(l.name + ".b", {l.out});
+      add(l.name + ".b", {l.out}, ParamRole::kBias);
     }
     in = shapes[i];
   }
   return layout;
 }
 
-ParamLayout param_layout(const ModelSpec& spec) { return param_layout(net_spec(spec)); }
+ParamLayout param_layout(const ModelSpec& spec) { return model_graph(spec).layout; }
 
-namespace {
-
-// Standard normal from a 64-bit engine by Box-Muller: the same numbers on
-// every platform (std::normal_distribution is implementation-defined).
-class Normal {
- public:
-  explicit Normal(std::uint64_t seed) : m_rng(seed) {}
-  double next() {
-    if (m_has_spare) {
-      m_has_spare = false;
-      return m_spare;
-    }
-    const double u1 = 1.0 - uniform();  // (0, 1]: log is finite
-    const double u2 = uniform();
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    const double t = 2.0 * std::numbers::pi * u2;
-    m_spare = r * std::sin(t);
-    m_has_spare = true;
-    return r * std::cos(t);
-  }
-
- private:
-  double uniform() { return static_cast<double>(m_rng() >> 11) * 0x1.0p-53; }  // [0, 1)
-  std::mt19937_64 m_rng;
-  double m_spare = 0.0;
-  bool m_has_spare = false;
-};
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
-
-// He-normal weights (std sqrt(2 / fan_in)), drawn in layout order from one
-// stream; g = ||v|| per output unit so the initial effective weight is v;
-// zero biases.
 void init_params(const ModelSpec& spec, const ParamLayout& layout, float* params,
                  std::uint64_t seed) {
-  const ParamLayout expected = param_layout(spec);
-  if (expected.count != layout.count || expected.views.size() != layout.views.size()) {
+  const Graph graph = model_graph(spec);
+  if (graph.layout.count != layout.count || graph.layout.views.size() != layout.views.size()) {
     throw InternalError("init_params: the layout (" + std::to_string(layout.count) +
                         " floats) is not the layout of model '" + spec.name + "' (" +
-                        std::to_string(expected.count) + " floats)");
+                        std::to_string(graph.layout.count) + " floats)");
   }
-  // The classifier (the last weight tensor) starts small: He scaling keeps
-  // the activations' variance through the ReLU layers, but max-pooling grows
-  // it, so He-scaled logits start around std 3 and the first steps see a
-  // loss of 5-8 and jump. LeCun scale times 0.1 gives logits near 0 and an
-  // initial loss near ln(classes), as with PyTorch's default init.
-  std::string classifier;
-  for (const ParamView& v : layout.views) {
-    if (ends_with(v.name, ".v") || ends_with(v.name, ".w")) classifier = v.name;
-  }
-  Normal normal(seed);
-  for (const ParamView& v : layout.views) {
-    float* p = params + v.offset;
-    if (ends_with(v.name, ".v") || ends_with(v.name, ".w")) {
-      const double fan_in = static_cast<double>(v.count / static_cast<std::size_t>(v.shape[0]));
-      const double std_dev =
-          v.name == classifier ? 0.1 * std::sqrt(1.0 / fan_in) : std::sqrt(2.0 / fan_in);
-      for (std::size_t i = 0; i < v.count; ++i) p[i] = static_cast<float>(std_dev * normal.next());
-    } else if (ends_with(v.name, ".g")) {
-      const ParamView& dir = layout.find(v.name.substr(0, v.name.size() - 2) + ".v");
-      const std::size_t fan_in = dir.count / v.count;
-      for (std::size_t o = 0; o < v.count; ++o) {
-        double ss = 0.0;
-        const float* vo = params + dir.offset + o * fan_in;
-        for (std::size_t i = 0; i < fan_in; ++i) ss += static_cast<double>(vo[i]) * vo[i];
-        p[o] = static_cast<float>(std::sqrt(ss));
-      }
-    } else {
-      for (std::size_t i = 0; i < v.count; ++i) p[i] = 0.0f;
-    }
-  }
+  init_params(graph, params, seed);
 }
 
-std::string model_summary(const ModelSpec& spec) {
-  const NetSpec net = net_spec(spec);
-  const ParamLayout layout = param_layout(net);
-  const auto shapes = layer_output_shapes(net);
-  auto shape_str = [](const std::vector<std::int64_t>& s) {
-    std::string out;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      if (i > 0) out += 'x';
-      out += std::to_string(s[i]);
-    }
-    return out;
-  };
-  std::ostringstream os;
-  os << "model " << spec.name << (net.weight_norm ? " (weight norm)" : "") << ", input "
-     << shape_str({net.channels, net.height, net.width}) << ", " << spec.classes << " classes\n";
-  for (std::size_t i = 0; i < net.layers.size(); ++i) {
-    const LayerSpec& l = net.layers[i];
-    std::string what;
-    std::size_t count = 0;
-    switch (l.kind) {
-      case LayerKind::kConv3x3:
-        what = "conv3x3 pad 1";
-        break;
-      case LayerKind::kMaxPool2x2:
-        what = "maxpool 2x2";
-        break;
-      case LayerKind::kFc:
-        what = "fc";
-        break;
-      case LayerKind::kRelu:
-        what = "relu";
-        break;
-    }
-    if (l.relu) what += " + relu";
-    for (const ParamView& v : layout.views) {
-      if (!l.name.empty() && v.name.rfind(l.name + ".", 0) == 0) count += v.count;
-    }
-    os << "  " << (l.name.empty() ? std::string("-") : l.name) << ": " << what << " -> "
-       << shape_str(shapes[i]) << ", " << count << " params\n";
-  }
-  os << "  total: " << layout.count << " params (" << layout.views.size() << " tensors)";
-  return os.str();
-}
+std::string model_summary(const ModelSpec& spec) { return graph_summary(model_graph(spec)); }
 
 }  // namespace syncopt::nn

@@ -1,8 +1,9 @@
-// Models, backend-independent: the model spec of a config, the layer list
-// both backends run (the CPU backend in nn/, the CUDA one in cuda/), the flat
+// Models, backend-independent: the model spec of a config, the flat
 // parameter layout with per-layer views, seeded initialisation and the
-// printable summary. Every rank and backend derives the same layout and
-// initial values from (ModelSpec, seed).
+// printable summary, all derived from the model's graph (nn/graph.hpp), so
+// every rank and backend has the same layout and initial values for
+// (ModelSpec, seed). And the straight-line layer list (NetSpec) that the
+// CUDA backend still runs, derived from the graph of the models it can run.
 #pragma once
 
 #include <cstddef>
@@ -10,15 +11,21 @@
 #include <string>
 #include <vector>
 
+#include "nn/layer.hpp"
+
 namespace syncopt::nn {
 
 struct ModelSpec {
-  std::string name = "cnn";  // cnn | mlp | logreg
+  std::string name = "cnn";  // cnn | mlp | logreg | resnet20 | resnet18 | custom
   int channels = 1, height = 28, width = 28;
   int classes = 10;
-  bool weight_norm = true;
+  bool weight_norm = true;  // cnn, mlp, logreg: on every conv / fc layer
   int mlp_hidden = 128;
+  std::vector<LayerDesc> layers;  // custom: the description
 };
+
+// What a parameter tensor is: initialisation follows it.
+enum class ParamRole { kWeight, kDirection, kGain, kBias, kScale, kShift };
 
 // One named parameter tensor inside the flat buffer.
 struct ParamView {
@@ -26,6 +33,7 @@ struct ParamView {
   std::size_t offset = 0;           // in floats
   std::size_t count = 0;            // in floats
   std::vector<std::int64_t> shape;  // e.g. {32, 1, 3, 3} (OIHW), {256, 3136} (out, in)
+  ParamRole role = ParamRole::kWeight;
 };
 
 struct ParamLayout {
@@ -34,18 +42,20 @@ struct ParamLayout {
   const ParamView& find(const std::string& name) const;  // throws InternalError if absent
 };
 
-// The deterministic parameter layout of a model (same on every rank/backend).
+// The deterministic parameter layout of a model (same on every rank/backend):
+// its graph's (nn/graph.hpp). Throws ConfigError for a model that does not fit.
 ParamLayout param_layout(const ModelSpec& spec);
 
-// Seeded initialisation of all parameters (He-style for weights, g = ||v||
-// per output unit for weight norm so that the initial effective weights equal
-// v, zero biases). Same values on every rank and backend for the same seed.
+// Seeded initialisation of all parameters (nn/graph.hpp's init_params);
+// InternalError if `layout` is not the model's.
 void init_params(const ModelSpec& spec, const ParamLayout& layout, float* params,
                  std::uint64_t seed);
 
 // Human-readable, multi-line summary of a model: one line per layer with its
-// output shape and parameter count, then the total (for logs / --dry-run).
+// output shape, parameter count and FLOPs, then the totals (--dry-run).
 std::string model_summary(const ModelSpec& spec);
+
+// ---- the straight-line form, for the CUDA backend until it runs graphs ----
 
 enum class LayerKind { kConv3x3, kMaxPool2x2, kFc, kRelu };
 
@@ -65,8 +75,11 @@ struct NetSpec {
   std::vector<LayerSpec> layers;
 };
 
-// The layer list of a model (throws ConfigError for an unknown model or bad
-// sizes). Both backends run this list.
+// The layer list of a model whose graph is a straight line of 3x3 / stride 1 /
+// pad 1 convolutions with bias, 2x2 max-pooling, fully connected layers and
+// fused ReLUs, with weight norm on all or none (cnn, mlp, logreg, or a custom
+// model of that form). ConfigError for a model that does not fit, and
+// "model X is not yet supported by the CUDA backend" for any other model.
 NetSpec net_spec(const ModelSpec& spec);
 
 // Parameter layout of a layer list: for each conv / fc layer in order,

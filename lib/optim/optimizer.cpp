@@ -144,11 +144,13 @@ double learning_rate(const ScheduleOptions& s, double epoch) {
     case S::kExponential:
     case S::kWarmupExponential:
       lr *= std::pow(s.decay_rate, std::floor(epoch / s.decay_epochs));
+      lr = std::max(lr, s.final_lr);
       break;
     case S::kLinearAnneal:
     case S::kWarmupLinearAnneal: {
+      // final_lr = 0 gives exactly lr * clamp(...), as before the key existed.
       const double span = s.anneal_epochs > 0.0 ? s.anneal_epochs : s.total_epochs;
-      lr *= std::clamp((s.total_epochs - epoch) / span, 0.0, 1.0);
+      lr = s.final_lr + (lr - s.final_lr) * std::clamp((s.total_epochs - epoch) / span, 0.0, 1.0);
       break;
     }
   }
@@ -205,6 +207,7 @@ ScheduleOptions schedule_options(const config::OptimConfig& c, double total_epoc
   s.decay_epochs = c.decay_epochs;
   s.anneal_epochs = c.anneal_epochs;
   s.warmup_epochs = c.warmup_epochs;
+  s.final_lr = c.final_lr;
   s.total_epochs = total_epochs;
   return s;
 }

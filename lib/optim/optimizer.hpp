@@ -66,14 +66,16 @@ struct ScheduleOptions {
   double decay_epochs = 2.0;
   double anneal_epochs = 0.0;  // 0 = anneal over the whole run
   double warmup_epochs = 0.0;
+  double final_lr = 0.0;      // exponential: the floor; linear_anneal: the end value
   double total_epochs = 1.0;  // length of the run in epochs of accepted examples
 };
 
 // Learning rate at a point of the run, `epoch` = accepted examples / train
 // set size (fractional). Pure function so every shard computes the same lr.
 //   constant:      lr
-//   exponential:   lr * decay_rate ^ floor(epoch / decay_epochs)
-//   linear_anneal: lr * clamp((total - epoch) / E, 0, 1), E = anneal_epochs or total
+//   exponential:   max(final_lr, lr * decay_rate ^ floor(epoch / decay_epochs))
+//   linear_anneal: final_lr + (lr - final_lr) * clamp((total - epoch) / E, 0, 1),
+//                  E = anneal_epochs or total
 //   warmup_X:      X * min(1, epoch / warmup_epochs)
 // The trainer multiplies it by the update's lr multiplier (N under
 // optim.scale_lr_by_n: config::UpdateRule::lr_multiplier).

@@ -223,6 +223,8 @@ void open_outputs(Job& job) {
                         : metrics::JsonlWriter(path));
       job.eval = std::make_unique<EvalLog>(*job.net, job.data.test, *job.eval_file,
                                            job.plan.train_count, cfg.optim.ema > 0.0, job.clock);
+      job.eval->set_batch_norm_set(job.data.train, static_cast<int>(cfg.train.batch),
+                                   static_cast<int>(cfg.eval.bn_batches), cfg.run.seed);
       job.eval->set_board(
           job.rank == 0 ? board : metrics::open_run_board(cfg.run, job.run_dir, "eval", job.clock));
     }

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
+#include <random>
 #include <vector>
 
+#include "common/error.hpp"
 #include "metrics/run_board.hpp"
 
 namespace syncopt::train {
@@ -51,8 +54,19 @@ EvalPoint EvalLog::run(std::uint64_t step, std::uint64_t examples, const float* 
   p.step = step;
   p.examples = examples;
   const double t0 = m_clock.now();
-  p.theta = evaluate(m_net, theta, m_test);
-  p.ema = m_use_ema ? evaluate(m_net, ema, m_test) : p.theta;
+  // Batch norm: each parameter vector with its own statistics, never θ̄
+  // with θ's (docs/bn.md).
+  auto with_statistics = [&](const float* params) {
+    if (m_net.has_batch_norm()) {
+      if (m_bn_batches == 0) {
+        throw InternalError("EvalLog: a model with batch norm needs set_batch_norm_set()");
+      }
+      m_net.set_batch_norm_statistics(params, m_bn_images.data(), m_bn_batch, m_bn_batches);
+    }
+    return evaluate(m_net, params, m_test);
+  };
+  p.theta = with_statistics(theta);
+  p.ema = m_use_ema ? with_statistics(ema) : p.theta;
   const double t1 = m_clock.now();
   p.eval_s = t1 - t0;
   p.wall_s = wall_s >= 0.0 ? wall_s : t1;
@@ -70,6 +84,28 @@ EvalPoint EvalLog::run(std::uint64_t step, std::uint64_t examples, const float* 
     m_board->flush();
   }
   return p;
+}
+
+void EvalLog::set_batch_norm_set(const data::Dataset& train, int batch, int batches,
+                                 std::uint64_t seed) {
+  if (!m_net.has_batch_norm() || train.count == 0) return;
+  m_bn_batch = static_cast<int>(std::min<std::int64_t>(batch, train.count));
+  m_bn_batches = static_cast<int>(std::min<std::int64_t>(batches, train.count / m_bn_batch));
+  // The first examples of a seeded permutation (its own stream, apart from
+  // the training order's), without augmentation.
+  std::vector<std::int64_t> order(static_cast<std::size_t>(train.count));
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  std::mt19937_64 rng(seed ^ 0x6b6e5f6261746368ULL);
+  const std::size_t take = static_cast<std::size_t>(m_bn_batch) * m_bn_batches;
+  for (std::size_t i = 0; i < take; ++i) {  // a partial Fisher-Yates shuffle
+    const std::size_t j = i + static_cast<std::size_t>(rng() % (order.size() - i));
+    std::swap(order[i], order[j]);
+  }
+  const auto size = static_cast<std::size_t>(train.image_size());
+  m_bn_images.resize(take * size);
+  for (std::size_t i = 0; i < take; ++i) {
+    std::copy(train.image(order[i]), train.image(order[i]) + size, m_bn_images.data() + i * size);
+  }
 }
 
 std::string EvalLog::describe(const EvalPoint& p) const {

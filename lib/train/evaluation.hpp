@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/clock.hpp"
 #include "config/config.hpp"
@@ -47,6 +48,12 @@ class EvalLog {
   // Each evaluation also goes to `board` (TensorBoard's eval/* tags, flushed
   // at once; nullptr: none), which may be shared with the rank's StepLog.
   void set_board(std::shared_ptr<metrics::RunBoard> board) { m_board = std::move(board); }
+  // A model with batch norm is evaluated with statistics of its own
+  // (docs/bn.md): before θ and, apart, before θ̄ are evaluated, their
+  // statistics are computed on the same `batches` batches of `batch`
+  // training examples, drawn once from `train` by `seed` (fewer when the set
+  // is smaller). Needed before run() for such a model.
+  void set_batch_norm_set(const data::Dataset& train, int batch, int batches, std::uint64_t seed);
   // wall_s >= 0 is recorded instead of the clock (the end of training, for
   // the final evaluation).
   EvalPoint run(std::uint64_t step, std::uint64_t examples, const float* theta, const float* ema,
@@ -62,6 +69,8 @@ class EvalLog {
   bool m_use_ema;
   const RunClock& m_clock;
   std::shared_ptr<metrics::RunBoard> m_board;
+  std::vector<float> m_bn_images;  // [m_bn_batches * m_bn_batch, C, H, W]
+  int m_bn_batch = 0, m_bn_batches = 0;
 };
 
 // When to evaluate during training: every eval.every_steps updates, or

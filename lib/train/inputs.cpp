@@ -12,6 +12,7 @@ nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train) 
   spec.classes = train.classes;
   spec.weight_norm = cfg.model.weight_norm;
   spec.mlp_hidden = static_cast<int>(cfg.model.mlp_hidden);
+  spec.layers = cfg.model.layers;
   return spec;
 }
 
@@ -20,6 +21,7 @@ nn::ModelSpec expected_model_spec(const config::Config& cfg) {
   spec.name = config::to_string(cfg.model.name);
   spec.weight_norm = cfg.model.weight_norm;
   spec.mlp_hidden = static_cast<int>(cfg.model.mlp_hidden);
+  spec.layers = cfg.model.layers;
   if (cfg.data.name == config::DataSet::kCifar10) {
     spec.channels = 3;
     spec.height = spec.width = 32;

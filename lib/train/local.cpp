@@ -188,6 +188,8 @@ std::uint64_t LocalTrainer::open_outputs() {
   }
   m_eval = std::make_unique<EvalLog>(*m_net, m_data.test, *m_eval_file, m_plan.train_count,
                                      m_use_ema, m_clock);
+  m_eval->set_batch_norm_set(m_data.train, m_batch, static_cast<int>(m_cfg.eval.bn_batches),
+                             m_cfg.run.seed);
   // One TensorBoard file for the steps and evaluations (tb/, see run_board.hpp).
   const auto board = metrics::open_run_board(m_cfg.run, dir, "steps", m_clock);
   if (board) board->describe_run(m_cfg, describe_invocation(m_inv));

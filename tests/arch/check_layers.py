@@ -17,9 +17,10 @@ import sys
 LAYERS = {
     "common": set(),
     "checkpoint": {"common"},
-    "config": {"common"},
     "comm": {"common"},
     "nn": {"common"},
+    # the config holds a model's layer list (nn/layer.hpp); nn never reads the config.
+    "config": {"common", "nn"},
     "data": {"common", "config", "checkpoint"},
     "optim": {"common", "config", "checkpoint"},
     "metrics": {"common", "config"},

@@ -207,6 +207,38 @@ resume_local)
   cmp "$WORK/full/params_ema.f32" "$WORK/part/params_ema.f32" || fail "EMA differs"
   python3 "$SRC/tests/faults/same_steps.py" "$WORK/full" "$WORK/part" || fail "records differ"
   ;;
+resume_bn)
+  # SIGTERM to a local run of a model with batch norm and dropout that
+  # evaluates every 50 steps, then resume: bitwise the uninterrupted run,
+  # evaluations included (their statistics are recomputed from the
+  # parameters, nothing of them is in the checkpoint; docs/bn.md).
+  L='model.layers=[{type="conv",name="c1",out=8,pad=1,bias=false},{type="bn"},{type="relu",name="r1"},'
+  L+='{type="conv",out=16,stride=2,pad=1,bias=false},{type="bn"},{type="add",from="r1",shortcut="projection"},'
+  L+='{type="relu"},{type="dropout",rate=0.2},{type="gap"},{type="fc"}]'
+  A="--set train.steps=300 --set eval.every_steps=50 --set eval.bn_batches=4 --set model.name=custom --set $L"
+  "$BIN" $(job full) $A >"$WORK/full.log" 2>&1 || fail "uninterrupted run failed"
+  "$BIN" $(job part) $A >"$WORK/part.log" 2>&1 &
+  P=$!
+  wait_steps "$WORK/part" 120
+  kill -TERM $P
+  wait $P
+  RC=$?
+  note "exit $RC at $(wc -l <"$WORK/part/steps.jsonl") records, $(wc -l <"$WORK/part/eval.jsonl") evaluations"
+  [ $RC = 75 ] || fail "exit $RC, expected 75"
+  "$BIN" $(job part) $A --set run.resume=true >"$WORK/resume.log" 2>&1 ||
+    fail "resume failed: $(tail -3 "$WORK/resume.log")"
+  cmp "$WORK/full/params.f32" "$WORK/part/params.f32" || fail "parameters differ"
+  cmp "$WORK/full/params_ema.f32" "$WORK/part/params_ema.f32" || fail "EMA differs"
+  python3 "$SRC/tests/faults/same_steps.py" "$WORK/full" "$WORK/part" || fail "records differ"
+  python3 - "$WORK/full/eval.jsonl" "$WORK/part/eval.jsonl" <<'PY' || fail "evaluations differ"
+import json, sys
+keys = ("step", "test_loss", "test_acc", "test_loss_ema", "test_acc_ema")
+a, b = ([tuple(json.loads(l)[k] for k in keys) for l in open(p) if l.strip()] for p in sys.argv[1:])
+if a != b or len(a) != 6:
+    sys.exit(f"{len(a)} vs {len(b)} evaluations; first difference: {next((x, y) for x, y in zip(a, b) if x != y) if a != b else 'none'}")
+print(f"{len(a)} evaluations, the same test loss and accuracy (theta and EMA) at each")
+PY
+  ;;
 resume_after_kill)
   # kill -9 of a local run between two periodic checkpoints, then resume:
   # the records written after the latest checkpoint are cut off (no step

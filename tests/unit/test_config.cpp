@@ -391,3 +391,73 @@ TEST_CASE("key_reference lists every key with its default, and configs/README.md
   // Regenerate the README block from `syncopt train --help` when keys change.
   CHECK_THAT(text.str(), Contains(ref));
 }
+
+TEST_CASE("model.layers: read from [[model.layers]] and inline, written back equal", "[config]") {
+  const std::string text =
+      "[model]\nname = \"custom\"\n\n"
+      "[[model.layers]]\ntype = \"conv\"\nname = \"c1\"\nout = 16\nkernel = 3\npad = 1\n"
+      "bias = false\n\n"
+      "[[model.layers]]\ntype = \"bn\"\neps = 1e-3\n\n"
+      "[[model.layers]]\ntype = \"relu\"\nname = \"r1\"\n\n"
+      "[[model.layers]]\ntype = \"conv\"\nout = 32\nstride = 2\npad = 1\nweight_norm = true\n\n"
+      "[[model.layers]]\ntype = \"add\"\nfrom = \"r1\"\nshortcut = \"projection\"\n\n"
+      "[[model.layers]]\ntype = \"dropout\"\nrate = 0.25\n\n"
+      "[[model.layers]]\ntype = \"gap\"\n\n[[model.layers]]\ntype = \"fc\"\n";
+  const cfg::Config c = cfg::parse(text, "m.toml", {});
+  using T = syncopt::nn::LayerType;
+  REQUIRE(c.model.layers.size() == 8);
+  CHECK(c.model.layers[0].type == T::kConv);
+  CHECK(c.model.layers[0].name == "c1");
+  CHECK(c.model.layers[0].out == 16);
+  CHECK(c.model.layers[0].pad == 1);
+  CHECK(!c.model.layers[0].bias);
+  CHECK(c.model.layers[1].eps == 1e-3);
+  CHECK(c.model.layers[3].stride == 2);
+  CHECK(c.model.layers[3].kernel == 0);  // the default, resolved by the graph
+  CHECK(c.model.layers[3].weight_norm);
+  CHECK(c.model.layers[4].from == "r1");
+  CHECK(c.model.layers[4].shortcut == syncopt::nn::Shortcut::kProjection);
+  CHECK(c.model.layers[5].rate == 0.25);
+  CHECK(c.model.layers[7].type == T::kFc);
+  CHECK(c.model.layers[7].out == 0);
+  const std::string resolved = cfg::to_toml(c);
+  CHECK_THAT(resolved, Contains("{ type = \"add\", from = \"r1\", shortcut = \"projection\" },\n"));
+  CHECK(cfg::parse(resolved, "resolved.toml", {}) == c);
+  // The same layers inline, and through --set.
+  const std::string inline_text =
+      "[model]\nname = \"custom\"\nlayers = [{ type = \"fc\", out = 8, bias = false }, "
+      "{ type = \"relu\" }, { type = \"fc\" }]\n";
+  CHECK(cfg::parse(inline_text, "i.toml", {}).model.layers.size() == 3);
+  const cfg::Config set =
+      cfg::parse("", "empty.toml", {"model.name=custom", "model.layers=[{type=\"fc\"}]"});
+  REQUIRE(set.model.layers.size() == 1);
+  CHECK(set.model.layers[0].type == T::kFc);
+}
+
+TEST_CASE("model.layers: every bad layer is named with its line and a hint", "[config]") {
+  const std::string e = load_error(
+      "[model]\nname = \"custom\"\n\n"
+      "[[model.layers]]\ntype = \"conv\"\nout = 16\nstrides = 2\n\n"  // line 4
+      "[[model.layers]]\ntype = \"batchnorm\"\n\n"                    // line 9
+      "[[model.layers]]\ntype = \"relu\"\nrate = 0.2\n\n"             // line 12
+      "[[model.layers]]\ntype = \"conv\"\nkernel = 0\n\n"             // line 16
+      "[[model.layers]]\ntype = \"add\"\nshortcut = \"proj\"\n\n"     // line 20
+      "[[model.layers]]\nout = 3\n");                                 // line 24
+  CHECK_THAT(e, Contains("exp.toml:4: model.layers: 8 problems"));
+  CHECK_THAT(e, Contains("layer 1 (line 4, conv): unknown attribute 'strides'; did you mean "
+                         "'stride'?"));
+  CHECK_THAT(e, Contains("layer 2 (line 9): unknown type \"batchnorm\"; did you mean \"bn\"?"));
+  CHECK_THAT(e, Contains("layer 3 (line 12, relu): 'rate' is not an attribute of relu (dropout "
+                         "has it)"));
+  CHECK_THAT(e, Contains("layer 4 (line 16, conv): kernel = 0: must be >= 1"));
+  CHECK_THAT(e, Contains("layer 4 (line 16, conv): a conv needs out = <output channels>"));
+  CHECK_THAT(e, Contains("layer 5 (line 20, add): shortcut: must be \"identity\" or "
+                         "\"projection\""));
+  CHECK_THAT(e, Contains("layer 6 (line 24): no type"));
+  // A built-in name with layers, and custom without any.
+  CHECK_THAT(load_error("[model]\nname = \"cnn\"\nlayers = [{ type = \"fc\" }]\n"),
+             Contains("model.name = \"cnn\": is a built-in model, but model.layers describes one"));
+  CHECK_THAT(load_error("[model]\nname = \"custom\"\n"),
+             Contains("model.name = \"custom\": needs the layers"));
+  CHECK_THAT(load_error("[model]\nlayers = 3\n"), Contains("expected an array of layer tables"));
+}

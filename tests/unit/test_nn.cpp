@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -15,14 +16,13 @@
 #include "common/error.hpp"
 #include "nn/backend.hpp"
 #include "nn/cpu_network.hpp"
+#include "nn/graph.hpp"
 #include "nn/ops.hpp"
 #include "platform.hpp"
 
 namespace nn = syncopt::nn;
 namespace app = syncopt::app;
-using nn::LayerKind;
-using nn::LayerSpec;
-using nn::NetSpec;
+using nn::LayerType;
 
 namespace {
 
@@ -55,7 +55,7 @@ std::vector<std::int32_t> labels_for(int batch, std::int64_t classes, std::uint6
   return y;
 }
 
-// Loss in double from the float network's logits.
+// Loss in double from the float network's logits (inference mode).
 double loss_of(nn::Network& net, const std::vector<float>& params, const std::vector<float>& x,
                const std::vector<std::int32_t>& y, int batch, std::int64_t classes) {
   std::vector<float> logits(static_cast<std::size_t>(batch * classes));
@@ -66,16 +66,17 @@ double loss_of(nn::Network& net, const std::vector<float>& params, const std::ve
 
 struct FdResult {
   int checked = 0, failed = 0;
-  double worst = 0.0;  // worst |fd - g| / (atol + rtol |g|)
+  double worst = 0.0;      // worst |fd - g| / (atol + rtol |g|)
+  double worst_abs = 0.0;  // worst |fd - g|
   std::string first_failure;
 };
 
 // Central differences on entries `idx` of `values` (params or input), the
-// loss evaluated by `loss()`; compares with `grad`. An entry that fails with
-// step eps is retried with eps/5 (absolute tolerance x5 for the larger
-// rounding noise): in a whole network some ReLU / max-pool kink is always
-// within reach of some step, and a kink crossed at eps is rarely crossed at
-// eps/5, whereas a wrong gradient fails at both.
+// loss evaluated by `loss()` (accumulated in double); compares with `grad`.
+// An entry that fails with step eps is retried with eps/5 (absolute
+// tolerance x5 for the larger rounding noise): in a whole network some ReLU
+// / max-pool kink is always within reach of some step, and a kink crossed at
+// eps is rarely crossed at eps/5, whereas a wrong gradient fails at both.
 template <class LossFn>
 FdResult check_entries(std::vector<float>& values, const std::vector<float>& grad,
                        const std::vector<std::size_t>& idx, float eps, double atol, double rtol,
@@ -83,7 +84,7 @@ FdResult check_entries(std::vector<float>& values, const std::vector<float>& gra
   FdResult r;
   for (std::size_t i : idx) {
     const double g = grad[i];
-    double best = 1e300, best_fd = 0.0;
+    double best = 1e300, best_fd = 0.0, best_abs = 0.0;
     for (const double scale : {1.0, 5.0}) {
       const float e = static_cast<float>(eps / scale);
       const float saved = values[i];
@@ -99,10 +100,12 @@ FdResult check_entries(std::vector<float>& values, const std::vector<float>& gra
       if (ratio < best) {
         best = ratio;
         best_fd = fd;
+        best_abs = std::abs(fd - g);
       }
       if (best <= 1.0) break;
     }
     r.worst = std::max(r.worst, best);
+    r.worst_abs = std::max(r.worst_abs, best_abs);
     ++r.checked;
     if (best > 1.0 && r.failed++ == 0) {
       r.first_failure = what + "[" + std::to_string(i) + "]: analytic " + std::to_string(g) +
@@ -133,80 +136,158 @@ struct NetCheck {
   double atol = 2e-4, rtol = 2e-2;
   float eps = 1e-3f;
   bool input_grad = true;
+  bool model_init = false;  // init_params (+ small random biases) instead of N(0, 0.5^2)
   int random = 6, top = 4;
+  // A deep network with batch norm: a step of any parameter moves every
+  // example's pre-activations a little (the batch statistics couple them),
+  // so some ReLU kink is crossed even at eps/5 for a few entries. There a
+  // small share of entries may miss the tolerance, each by at most
+  // `max_ratio`; a wrong gradient misses it on most entries of its tensor.
+  double max_fail_share = 0.0, max_ratio = 1.0;
 };
 
-// Gradient check of a layer list on a small batch: every parameter view and
-// (optionally) the input.
-// Parameters: N(0, 0.5^2) for the one-layer nets, or (when `model` is given)
-// init_params of that model; then g = ||v|| * (0.7 + 0.1 (o mod 6)) and, for models,
-// small random biases, so that no gradient is trivially 0 or 1.
-void check_net(const NetSpec& spec, int batch, std::uint64_t seed, const NetCheck& opt = {},
-               const nn::ModelSpec* model = nullptr) {
-  nn::cpu::CpuNetwork net(spec, batch, 1);
+// Gradient check of a graph on a small batch, in training mode (batch
+// statistics; dropout with a fixed key): every parameter view and
+// (optionally) the input, against central differences of train_loss.
+// Parameters: N(0, 0.5^2), or init_params of the graph; then g = ||v|| *
+// (0.7 + 0.1 (o mod 6)), batch-norm scales 1 + N(0, 0.3^2) and, for model
+// inits, small random biases and shifts, so that no gradient is trivially 0
+// or 1.
+void check_graph(const nn::Graph& graph, int batch, std::uint64_t seed, const std::string& kind,
+                 const NetCheck& opt = {}) {
+  nn::cpu::CpuNetwork net(graph, batch, 1);
+  net.set_dropout_key(seed * 7 + 1);
   const nn::ParamLayout& layout = net.layout();
-  const std::int64_t classes = nn::output_count(spec);
+  const std::int64_t classes = graph.outputs;
   std::vector<float> params = normal_floats(layout.count, seed, 0.5f);
-  if (model != nullptr) {
-    nn::init_params(*model, layout, params.data(), seed);
-    const std::vector<float> noise = normal_floats(layout.count, seed + 3, 0.1f);
+  const std::vector<float> noise = normal_floats(layout.count, seed + 3, 0.1f);
+  if (opt.model_init) {
+    nn::init_params(graph, params.data(), seed);
     for (const nn::ParamView& v : layout.views) {
-      if (v.name.substr(v.name.size() - 2) == ".b") {
+      if (v.role == nn::ParamRole::kBias || v.role == nn::ParamRole::kShift) {
         for (std::size_t i = 0; i < v.count; ++i) params[v.offset + i] = noise[v.offset + i];
       }
     }
   }
-  for (const nn::ParamView& v : layout.views) {  // g = ||v|| like init_params
-    if (v.name.size() > 2 && v.name.substr(v.name.size() - 2) == ".g") {
-      const nn::ParamView& dir = layout.find(v.name.substr(0, v.name.size() - 2) + ".v");
-      const std::size_t fan_in = dir.count / v.count;
-      for (std::size_t o = 0; o < v.count; ++o) {
-        double ss = 0;
-        for (std::size_t i = 0; i < fan_in; ++i) {
-          const double a = params[dir.offset + o * fan_in + i];
-          ss += a * a;
-        }
-        params[v.offset + o] =
-            static_cast<float>(std::sqrt(ss) * (0.7 + 0.1 * static_cast<double>(o % 6)));
+  for (std::size_t vi = 0; vi < layout.views.size(); ++vi) {
+    const nn::ParamView& v = layout.views[vi];
+    if (v.role == nn::ParamRole::kScale) {
+      for (std::size_t i = 0; i < v.count; ++i)
+        params[v.offset + i] = 1.0f + 3 * noise[v.offset + i];
+    }
+    if (v.role != nn::ParamRole::kGain) continue;  // g = ||v|| like init_params
+    const nn::ParamView& dir = layout.views[vi - 1];
+    const std::size_t fan_in = dir.count / v.count;
+    for (std::size_t o = 0; o < v.count; ++o) {
+      double ss = 0;
+      for (std::size_t i = 0; i < fan_in; ++i) {
+        const double a = params[dir.offset + o * fan_in + i];
+        ss += a * a;
       }
+      params[v.offset + o] =
+          static_cast<float>(std::sqrt(ss) * (0.7 + 0.1 * static_cast<double>(o % 6)));
     }
   }
   const std::size_t in_count =
-      static_cast<std::size_t>(batch) * spec.channels * spec.height * spec.width;
+      static_cast<std::size_t>(batch) *
+      static_cast<std::size_t>(graph.input[0] * graph.input[1] * graph.input[2]);
   std::vector<float> x = distinct_floats(in_count, seed + 1);
   const auto y = labels_for(batch, classes, seed + 2);
   std::vector<float> grad(layout.count), dx(in_count);
-  if (opt.input_grad) {
-    net.train_step_with_input_grad(params.data(), x.data(), y.data(), batch, grad.data(),
-                                   dx.data());
-  } else {
-    net.train_step(params.data(), x.data(), y.data(), batch, grad.data());
-  }
-  auto loss = [&] { return loss_of(net, params, x, y, batch, classes); };
+  const float loss0 = opt.input_grad
+                          ? net.train_step_with_input_grad(params.data(), x.data(), y.data(), batch,
+                                                           grad.data(), dx.data())
+                          : net.train_step(params.data(), x.data(), y.data(), batch, grad.data());
+  CHECK(static_cast<double>(loss0) ==
+        Approx(net.train_loss(params.data(), x.data(), y.data(), batch)).epsilon(1e-6));
+  auto loss = [&] { return net.train_loss(params.data(), x.data(), y.data(), batch); };
+  double worst = 0.0, worst_abs = 0.0;
+  int checked = 0, failed = 0;
   for (const nn::ParamView& v : layout.views) {
     const auto idx = pick(v.offset, v.count, grad, opt.random, opt.top, seed + v.offset);
     const FdResult r = check_entries(params, grad, idx, opt.eps, opt.atol, opt.rtol, loss, v.name);
     INFO(v.name << ": worst error/tolerance " << r.worst << "; " << r.first_failure);
-    if (std::getenv("SYNCOPT_NN_VERBOSE")) WARN(v.name << " worst " << r.worst);
-    CHECK(r.failed == 0);
+    worst = std::max(worst, r.worst);
+    worst_abs = std::max(worst_abs, r.worst_abs);
+    checked += r.checked;
+    failed += r.failed;
+    if (opt.max_fail_share == 0.0) {
+      CHECK(r.failed == 0);
+    } else {
+      CHECK(r.worst <= opt.max_ratio);
+    }
   }
+  INFO(failed << " of " << checked << " parameter entries missed the tolerance");
+  CHECK(failed <= opt.max_fail_share * checked);
   if (opt.input_grad) {
     const auto idx = pick(0, in_count, dx, opt.random, opt.top, seed + 7);
     const FdResult r = check_entries(x, dx, idx, opt.eps, opt.atol, opt.rtol, loss, "input");
     INFO("input: worst error/tolerance " << r.worst << "; " << r.first_failure);
-    if (std::getenv("SYNCOPT_NN_VERBOSE")) WARN("input worst " << r.worst);
+    worst = std::max(worst, r.worst);
+    worst_abs = std::max(worst_abs, r.worst_abs);
     CHECK(r.failed == 0);
+  }
+  // The table of the worst error / tolerance and worst |fd - analytic| per
+  // layer kind: SYNCOPT_NN_VERBOSE=1 syncopt_unit "[nn]" | grep "gradient check"
+  if (std::getenv("SYNCOPT_NN_VERBOSE") != nullptr) {
+    WARN("gradient check " << kind << ": " << worst << " " << worst_abs);
   }
 }
 
-NetSpec one_layer(int c, int h, int w, bool weight_norm, LayerSpec layer) {
-  NetSpec s;
+nn::LayerDesc layer(LayerType type, const std::string& name = "") {
+  nn::LayerDesc d;
+  d.type = type;
+  d.name = name;
+  return d;
+}
+
+nn::LayerDesc conv(const std::string& name, std::int64_t out, std::int64_t k, std::int64_t s,
+                   std::int64_t p, bool bias = true, bool wn = false) {
+  nn::LayerDesc d = layer(LayerType::kConv, name);
+  d.out = out;
+  d.kernel = k;
+  d.stride = s;
+  d.pad = p;
+  d.bias = bias;
+  d.weight_norm = wn;
+  return d;
+}
+
+nn::LayerDesc fc(const std::string& name, std::int64_t out, bool bias = true, bool wn = false) {
+  nn::LayerDesc d = layer(LayerType::kFc, name);
+  d.out = out;
+  d.bias = bias;
+  d.weight_norm = wn;
+  return d;
+}
+
+nn::LayerDesc pool(LayerType type, std::int64_t k, std::int64_t s, std::int64_t p) {
+  nn::LayerDesc d = layer(type);
+  d.kernel = k;
+  d.stride = s;
+  d.pad = p;
+  return d;
+}
+
+nn::LayerDesc add(const std::string& from, nn::Shortcut shortcut = nn::Shortcut::kIdentity) {
+  nn::LayerDesc d = layer(LayerType::kAdd);
+  d.from = from;
+  d.shortcut = shortcut;
+  return d;
+}
+
+// A graph of `layers` on a C x H x W input; its output is the "logits",
+// whatever their count (classes = 0: unchecked).
+nn::Graph graph_of(std::int64_t c, std::int64_t h, std::int64_t w,
+                   std::vector<nn::LayerDesc> layers, std::int64_t classes = 0) {
+  nn::GraphSpec s;
+  s.name = "test";
   s.channels = c;
   s.height = h;
   s.width = w;
-  s.weight_norm = weight_norm;
-  s.layers = {std::move(layer)};
-  return s;
+  s.classes = classes;
+  s.layers = std::move(layers);
+  return nn::build_graph(s);
 }
 
 nn::ModelSpec model(const std::string& name, bool wn) {
@@ -214,6 +295,17 @@ nn::ModelSpec model(const std::string& name, bool wn) {
   s.name = name;
   s.weight_norm = wn;
   return s;
+}
+
+// The error of a model description, or "" when it builds.
+std::string graph_error(std::int64_t c, std::int64_t h, std::int64_t w,
+                        std::vector<nn::LayerDesc> layers, std::int64_t classes = 10) {
+  try {
+    graph_of(c, h, w, std::move(layers), classes);
+  } catch (const syncopt::ConfigError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace
@@ -401,45 +493,291 @@ TEST_CASE("softmax cross-entropy and relu vs finite differences (double)", "[nn]
 }
 
 TEST_CASE("layer gradients (oneDNN) vs finite differences", "[nn]") {
+  using T = LayerType;
   SECTION("conv3x3 with weight norm and fused relu") {
-    check_net(one_layer(2, 5, 5, true, {LayerKind::kConv3x3, "conv1", 3, true}), 2, 11);
+    check_graph(graph_of(2, 5, 5, {conv("c", 3, 3, 1, 1, true, true), layer(T::kRelu)}), 2, 11,
+                "conv");
   }
   SECTION("conv3x3 without weight norm, no relu, 8-channel blocked input") {
-    check_net(one_layer(8, 4, 4, false, {LayerKind::kConv3x3, "conv1", 8, false}), 2, 12);
+    check_graph(graph_of(8, 4, 4, {conv("c", 8, 3, 1, 1)}), 2, 12, "conv");
   }
   SECTION("conv3x3 weight norm, 1 channel (the first cnn layer)") {
-    check_net(one_layer(1, 6, 6, true, {LayerKind::kConv3x3, "conv1", 4, false}), 2, 13);
+    check_graph(graph_of(1, 6, 6, {conv("c", 4, 3, 1, 1, true, true)}), 2, 13, "conv");
+  }
+  SECTION("conv 5x5 stride 2 pad 2 without bias, 16 channels") {
+    check_graph(graph_of(16, 7, 7, {conv("c", 16, 5, 2, 2, false)}), 2, 31, "conv");
+  }
+  SECTION("conv 1x1 stride 2 (a projection), weight norm") {
+    check_graph(graph_of(4, 5, 5, {conv("c", 8, 1, 2, 0, false, true)}), 2, 32, "conv");
   }
   SECTION("max-pool 2x2") {
-    check_net(one_layer(3, 4, 6, true, {LayerKind::kMaxPool2x2, "", 0, false}), 2, 14);
+    check_graph(graph_of(3, 4, 6, {pool(T::kMaxPool, 2, 2, 0)}), 2, 14, "maxpool");
   }
-  SECTION("relu") { check_net(one_layer(2, 3, 3, true, {LayerKind::kRelu, "", 0, false}), 2, 15); }
+  SECTION("max-pool 3x3 stride 2 pad 1 on 16 blocked channels") {
+    check_graph(graph_of(16, 5, 5, {pool(T::kMaxPool, 3, 2, 1)}), 2, 33, "maxpool");
+  }
+  SECTION("average pooling 3x3 stride 2 pad 1 (padding counts)") {
+    check_graph(graph_of(3, 5, 6, {pool(T::kAvgPool, 3, 2, 1)}), 2, 34, "avgpool");
+  }
+  SECTION("average pooling 2x2 on 16 channels") {
+    check_graph(graph_of(16, 4, 4, {pool(T::kAvgPool, 2, 2, 0)}), 2, 35, "avgpool");
+  }
+  SECTION("global average pooling") {
+    check_graph(graph_of(16, 3, 5, {layer(T::kGlobalAvgPool)}), 3, 36, "gap");
+  }
+  SECTION("batch norm on images") {
+    check_graph(graph_of(16, 3, 3, {layer(T::kBatchNorm)}), 3, 37, "bn");
+  }
+  SECTION("batch norm with a fused relu, 3 channels") {
+    check_graph(graph_of(3, 4, 3, {layer(T::kBatchNorm), layer(T::kRelu)}), 2, 38, "bn");
+  }
+  SECTION("batch norm with a fused relu on 16 blocked channels after a conv") {
+    check_graph(
+        graph_of(3, 4, 4, {conv("c", 16, 3, 1, 1, false), layer(T::kBatchNorm), layer(T::kRelu)}),
+        3, 47, "bn");
+  }
+  SECTION("batch norm of an fc's vector output") {
+    check_graph(graph_of(2, 3, 3, {fc("f", 6), layer(T::kBatchNorm)}), 4, 39, "bn");
+  }
+  SECTION("relu") { check_graph(graph_of(2, 3, 3, {layer(T::kRelu)}), 2, 15, "relu"); }
+  SECTION("relu on 16 blocked channels after a conv read twice (not fused)") {
+    check_graph(graph_of(16, 3, 3, {conv("c", 16, 3, 1, 1), layer(T::kRelu, "r"), add("c")}), 2, 40,
+                "relu");
+  }
   SECTION("fc with weight norm and fused relu") {
-    check_net(one_layer(3, 2, 2, true, {LayerKind::kFc, "fc1", 5, true}), 3, 16);
+    check_graph(graph_of(3, 2, 2, {fc("f", 5, true, true), layer(T::kRelu)}), 3, 16, "fc");
   }
-  SECTION("fc without weight norm") {
-    check_net(one_layer(1, 1, 7, false, {LayerKind::kFc, "fc1", 4, false}), 3, 17);
+  SECTION("fc without weight norm") { check_graph(graph_of(1, 1, 7, {fc("f", 4)}), 3, 17, "fc"); }
+  SECTION("fc without bias, on a blocked image") {
+    check_graph(graph_of(16, 2, 2, {conv("c", 16, 1, 1, 0), fc("f", 3, false)}), 2, 41, "fc");
+  }
+  SECTION("dropout (a fixed key)") {
+    nn::LayerDesc d = layer(T::kDropout);
+    d.rate = 0.3;
+    check_graph(graph_of(2, 3, 4, {d}), 3, 42, "dropout");
+  }
+  SECTION("flatten then dropout then fc (the flatten stays a layer)") {
+    nn::LayerDesc d = layer(T::kDropout);
+    d.rate = 0.25;
+    const nn::Graph g =
+        graph_of(16, 3, 3, {conv("c", 16, 3, 1, 1), layer(T::kFlatten), d, fc("f", 4)});
+    CHECK(g.nodes[1].type == T::kFlatten);
+    check_graph(g, 2, 43, "flatten");
+  }
+  SECTION("residual add, identity shortcut, fused relu") {
+    check_graph(graph_of(8, 4, 4,
+                         {conv("c1", 8, 3, 1, 1), layer(T::kRelu, "r1"), conv("c2", 8, 3, 1, 1),
+                          add("r1"), layer(T::kRelu)}),
+                2, 44, "add");
+  }
+  SECTION("residual add of the input itself") {
+    check_graph(graph_of(3, 3, 3, {conv("c1", 3, 3, 1, 1), add("input")}), 2, 45, "add");
+  }
+  SECTION("residual block with a projection shortcut (stride 2, 8 -> 16 channels)") {
+    nn::LayerDesc a = add("in", nn::Shortcut::kProjection);
+    const nn::Graph g =
+        graph_of(8, 5, 5,
+                 {conv("stem", 8, 3, 1, 1, false), layer(T::kBatchNorm), layer(T::kRelu, "in"),
+                  conv("c1", 16, 3, 2, 1, false), layer(T::kBatchNorm), layer(T::kRelu),
+                  conv("c2", 16, 3, 1, 1, false), layer(T::kBatchNorm), a, layer(T::kRelu),
+                  layer(T::kGlobalAvgPool), fc("f", 5)});
+    // The projection became a 1x1 stride-2 conv and a batch norm on the shortcut.
+    bool has_proj = false;
+    for (const nn::Node& n : g.nodes) {
+      if (n.name == "add9.proj") {
+        has_proj = true;
+        CHECK(n.attr.kernel == 1);
+        CHECK(n.attr.stride == 2);
+        CHECK(n.out == std::vector<std::int64_t>{16, 3, 3});
+      }
+    }
+    CHECK(has_proj);
+    check_graph(g, 3, 46, "residual block + projection");
   }
   SECTION("conv - relu - pool - conv - pool - fc chain on blocked layouts") {
-    NetSpec s;
-    s.channels = 3;
-    s.height = s.width = 8;
-    s.layers = {{LayerKind::kConv3x3, "conv1", 8, true},   {LayerKind::kMaxPool2x2, "", 0, false},
-                {LayerKind::kConv3x3, "conv2", 16, false}, {LayerKind::kRelu, "", 0, false},
-                {LayerKind::kMaxPool2x2, "", 0, false},    {LayerKind::kFc, "fc1", 5, false}};
-    check_net(s, 2, 18);
+    check_graph(graph_of(3, 8, 8,
+                         {conv("c1", 8, 3, 1, 1), layer(T::kRelu), pool(T::kMaxPool, 2, 2, 0),
+                          conv("c2", 16, 3, 1, 1), layer(T::kRelu), pool(T::kMaxPool, 2, 2, 0),
+                          fc("f", 5)}),
+                2, 18, "chain");
   }
 }
 
 TEST_CASE("whole models: gradient vs finite differences", "[nn]") {
   NetCheck opt;
   opt.input_grad = false;
+  opt.model_init = true;
   for (const auto& [name, wn] :
        {std::pair{"cnn", true}, std::pair{"cnn", false}, std::pair{"mlp", true},
         std::pair{"mlp", false}, std::pair{"logreg", true}}) {
     DYNAMIC_SECTION(name << (wn ? " with" : " without") << " weight norm") {
-      const nn::ModelSpec spec = model(name, wn);
-      check_net(nn::net_spec(spec), 3, 21, opt, &spec);
+      check_graph(nn::model_graph(model(name, wn)), 3, 21, std::string("model ") + name, opt);
+    }
+  }
+  SECTION("resnet20 on 1x8x8") {
+    nn::ModelSpec spec = model("resnet20", false);
+    spec.height = spec.width = 8;
+    NetCheck o = opt;
+    o.random = 3;
+    o.top = 2;
+    o.max_fail_share = 0.03;
+    o.max_ratio = 4.0;
+    check_graph(nn::model_graph(spec), 3, 22, "model resnet20", o);
+  }
+}
+
+TEST_CASE("graph: built-ins keep the straight-line layout and groups tile it", "[nn]") {
+  for (const auto& [name, wn] : {std::pair{"cnn", true}, std::pair{"cnn", false},
+                                 std::pair{"mlp", true}, std::pair{"logreg", false}}) {
+    INFO(name << " weight norm " << wn);
+    const nn::ModelSpec spec = model(name, wn);
+    const nn::Graph g = nn::model_graph(spec);
+    const nn::ParamLayout line = nn::param_layout(nn::net_spec(spec));
+    REQUIRE(g.layout.views.size() == line.views.size());
+    for (std::size_t i = 0; i < line.views.size(); ++i) {
+      CHECK(g.layout.views[i].name == line.views[i].name);
+      CHECK(g.layout.views[i].offset == line.views[i].offset);
+      CHECK(g.layout.views[i].shape == line.views[i].shape);
+    }
+    std::size_t next = 0;
+    for (const nn::ParamGroup& grp : g.groups) {
+      CHECK(grp.offset == next);
+      next += grp.count;
+    }
+    CHECK(next == g.layout.count);
+  }
+  // cnn: every ReLU fused into the conv / fc before it; no flatten node.
+  const nn::Graph cnn = nn::model_graph(model("cnn", true));
+  CHECK(cnn.nodes.size() == 6);
+  CHECK(cnn.nodes[0].relu);
+  CHECK(cnn.groups.size() == 4);
+  CHECK(cnn.groups[2].name == "fc1");
+  CHECK(cnn.groups[2].count == 256 * 3136 + 256 + 256);
+  // Forward FLOPs: 2 * MACs + bias + relu per output; pooling k*k per output.
+  const std::int64_t conv1 = 2 * 32 * 9 * 784 + 2 * 32 * 784;
+  const std::int64_t conv2 = 2 * 64 * 32 * 9 * 196 + 2 * 64 * 196;
+  const std::int64_t fc1 = 2 * 256 * 3136 + 2 * 256, fc2 = 2 * 10 * 256 + 10;
+  const std::int64_t pools = 32 * 196 * 4 + 64 * 49 * 4;
+  CHECK(cnn.flops == conv1 + conv2 + fc1 + fc2 + pools);
+  // net_spec refuses what the CUDA backend cannot run, saying so.
+  try {
+    nn::net_spec(model("resnet20", false));
+    FAIL("resnet20 as a straight line");
+  } catch (const syncopt::ConfigError& e) {
+    CHECK(std::string(e.what()).find("not yet supported by the CUDA backend") != std::string::npos);
+  }
+}
+
+TEST_CASE("graph: resnet20 and resnet18 sizes and shapes", "[nn]") {
+  const nn::Graph r20 = nn::model_graph(model("resnet20", true));
+  // 16-32-64 basic blocks, projection shortcuts (1x1 conv + bn) at the two
+  // width changes: 272186 parameters (He et al.: 0.27 M).
+  CHECK(r20.layout.count == 272186);
+  CHECK(r20.nodes.back().out == std::vector<std::int64_t>{10});
+  CHECK(r20.has_batch_norm);
+  int convs = 0, projections = 0;
+  for (const nn::Node& n : r20.nodes) {
+    if (n.type == LayerType::kConv) ++convs;
+    if (n.name.find(".proj") != std::string::npos && n.type == LayerType::kConv) {
+      ++projections;
+      CHECK(n.attr.stride == 2);
+    }
+    if (n.name == "pool") CHECK(n.in == std::vector<std::int64_t>{64, 7, 7});
+  }
+  CHECK(convs == 19 + 2);
+  CHECK(projections == 2);
+  nn::ModelSpec cifar = model("resnet20", false);
+  cifar.channels = 3;
+  cifar.height = cifar.width = 32;
+  const nn::Graph c20 = nn::model_graph(cifar);
+  CHECK(c20.layout.count == 272186 + 2 * 9 * 16);
+  for (const nn::Node& n : c20.nodes) {
+    if (n.name == "pool") CHECK(n.in == std::vector<std::int64_t>{64, 8, 8});
+  }
+  cifar.name = "resnet18";
+  const nn::Graph r18 = nn::model_graph(cifar);
+  CHECK(r18.layout.count == 11173962);  // torchvision-style ResNet-18, 3x3 stem, 10 classes
+}
+
+TEST_CASE("graph: a model that does not fit is one ConfigError naming layer and shapes", "[nn]") {
+  using T = LayerType;
+  // Residual shapes that differ, identity shortcut: both shapes, and the fix.
+  std::string e = graph_error(3, 8, 8,
+                              {conv("a", 8, 3, 1, 1), conv("b", 16, 3, 2, 1), add("a"),
+                               layer(T::kGlobalAvgPool), fc("f", 0)});
+  CHECK(e.find("layer 3 (\"add3\", add)") != std::string::npos);
+  CHECK(e.find("16x4x4") != std::string::npos);
+  CHECK(e.find("8x8x8") != std::string::npos);
+  CHECK(e.find("shortcut = \"projection\"") != std::string::npos);
+  // A window larger than its input.
+  e = graph_error(1, 4, 4,
+                  {pool(T::kMaxPool, 2, 2, 0), pool(T::kMaxPool, 2, 2, 0),
+                   pool(T::kMaxPool, 2, 2, 0), fc("f", 0)});
+  CHECK(e.find("layer 3 (\"maxpool3\", maxpool)") != std::string::npos);
+  CHECK(e.find("1x1x1") != std::string::npos);
+  // A conv after an fc.
+  e = graph_error(1, 4, 4, {fc("f1", 8), conv("c", 4, 3, 1, 1), fc("f2", 0)});
+  CHECK(e.find("layer 2 (\"c\", conv)") != std::string::npos);
+  CHECK(e.find("image input") != std::string::npos);
+  // An add naming a layer that does not exist, or a later one.
+  e = graph_error(1, 4, 4, {conv("block1", 1, 3, 1, 1), add("blok1"), fc("f", 0)});
+  CHECK(e.find("did you mean \"block1\"") != std::string::npos);
+  e = graph_error(1, 4, 4, {add("c"), conv("c", 1, 3, 1, 1), fc("f", 0)});
+  CHECK(e.find("names a later layer") != std::string::npos);
+  // The output count must be the class count.
+  e = graph_error(1, 4, 4, {fc("f", 7)});
+  CHECK(e.find("7 outputs per example, but the data has 10 classes") != std::string::npos);
+  // Repeated names.
+  e = graph_error(1, 4, 4, {fc("f", 8), fc("f", 0)});
+  CHECK(e.find("already used by layer 1") != std::string::npos);
+  // A projection with a stride that cannot map the shapes.
+  nn::LayerDesc proj = add("a", nn::Shortcut::kProjection);
+  e = graph_error(1, 9, 9, {conv("a", 2, 3, 1, 1), conv("b", 2, 3, 1, 0), proj, fc("f", 0)});
+  CHECK(e.find("no stride of a 1x1 projection") != std::string::npos);
+  CHECK(graph_error(1, 4, 4, {layer(T::kFlatten), fc("f", 0)}).empty());
+  CHECK(nn::layer_type_from_name("maxpool") == LayerType::kMaxPool);
+  CHECK(!nn::layer_type_from_name("maxpol"));
+  // A flatten read only by an fc is dropped (the fc reads NCHW order).
+  const nn::Graph g = graph_of(2, 3, 3, {layer(T::kFlatten), fc("f", 0)}, 10);
+  CHECK(g.nodes.size() == 1);
+  CHECK(g.nodes[0].in == std::vector<std::int64_t>{2, 3, 3});
+}
+
+TEST_CASE("batch norm: predict uses the statistics of the parameters it was given", "[nn]") {
+  // bn first: its input is the images, so the population statistics are
+  // the images' per-channel mean and (biased) variance.
+  using T = LayerType;
+  nn::LayerDesc bn = layer(T::kBatchNorm);
+  bn.eps = 1e-3;
+  nn::cpu::CpuNetwork net(graph_of(3, 4, 5, {bn, layer(T::kFlatten)}), 8, 1);
+  CHECK(net.has_batch_norm());
+  const nn::ParamLayout& layout = net.layout();
+  REQUIRE(layout.count == 6);
+  const std::vector<float> params = {1.5f, -0.5f, 2.0f, 0.25f, 0.0f, -1.0f};  // gamma, beta
+  const int batch = 4, batches = 3, per = 3 * 4 * 5;
+  std::vector<float> x = normal_floats(static_cast<std::size_t>(batch * batches * per), 5, 2.0f);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] += static_cast<float>((i / 20) % 3);  // per-channel offsets
+  std::vector<float> logits(static_cast<std::size_t>(batch * per));
+  CHECK_THROWS_AS(net.predict(params.data(), x.data(), batch, logits.data()),
+                  syncopt::InternalError);
+  net.set_batch_norm_statistics(params.data(), x.data(), batch, batches);
+  std::vector<double> mean(3, 0.0), sq(3, 0.0);
+  const double n = batch * batches * 20.0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t c = (i / 20) % 3;
+    mean[c] += x[i] / n;
+    sq[c] += static_cast<double>(x[i]) * x[i] / n;
+  }
+  net.predict(params.data(), x.data() + per, batch, logits.data());  // any examples
+  for (int e = 0; e < batch; ++e) {
+    for (int i = 0; i < per; ++i) {
+      const std::size_t c = static_cast<std::size_t>(i / 20);
+      const double var = sq[c] - mean[c] * mean[c];
+      const double want = params[c] * (x[static_cast<std::size_t>(per + e * per + i)] - mean[c]) /
+                              std::sqrt(var + 1e-3) +
+                          params[3 + c];
+      CHECK(logits[static_cast<std::size_t>(e * per + i)] == Approx(want).margin(2e-5));
     }
   }
 }

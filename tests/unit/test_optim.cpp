@@ -74,6 +74,22 @@ TEST_CASE("learning-rate schedules", "[optim]") {
   s.anneal_epochs = 4.0;  // only the last 4 epochs
   CHECK(learning_rate(s, 5.0) == Approx(0.1));
   CHECK(learning_rate(s, 8.0) == Approx(0.05));
+  // final_lr: linear_anneal ends there, exponential never goes below it
+  // (the paper's App. A.4: 1e-4 decreasing to 3e-6).
+  s.anneal_epochs = 0.0;
+  s.base_lr = 1e-4;
+  s.final_lr = 3e-6;
+  CHECK(learning_rate(s, 0.0) == Approx(1e-4));
+  CHECK(learning_rate(s, 5.0) == Approx(3e-6 + 0.5 * (1e-4 - 3e-6)));
+  CHECK(learning_rate(s, 10.0) == Approx(3e-6));
+  s.name = S::kExponential;
+  s.decay_rate = 0.5;
+  s.decay_epochs = 1.0;
+  CHECK(learning_rate(s, 2.5) == Approx(2.5e-5));
+  CHECK(learning_rate(s, 9.0) == Approx(3e-6));  // 1e-4 / 512 would be 1.95e-7
+  s.name = S::kLinearAnneal;
+  s.base_lr = 0.1;
+  s.final_lr = 0.0;
 
   s.name = S::kWarmupConstant;
   s.warmup_epochs = 2.0;
