@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "nn/model.hpp"
+
 namespace syncopt::config {
 
 template <class E>
@@ -59,7 +61,8 @@ enum class ProgressOutput { kAuto, kLive, kLines };
 // data.name
 enum class DataSet { kFashionMnist, kIdx, kCifar10, kSynthetic };
 // model.name (custom: model.layers)
-enum class ModelName { kCnn, kMlp, kLogreg, kResnet20, kResnet18, kCustom };
+// model.name: the model table is nn's (nn/model.hpp).
+using ModelName = nn::Builtin;
 // optim.name
 enum class OptimizerName { kSgd, kRmsprop };
 // optim.schedule: a shape, with or without a linear warm-up.
@@ -94,10 +97,13 @@ template <> struct EnumTable<DataSet> {
       {DataSet::kCifar10, "cifar10"}, {DataSet::kSynthetic, "synthetic"}}};
 };
 template <> struct EnumTable<ModelName> {
-  static constexpr std::array<EnumName<ModelName>, 6> kNames{{
-      {ModelName::kCnn, "cnn"}, {ModelName::kMlp, "mlp"}, {ModelName::kLogreg, "logreg"},
-      {ModelName::kResnet20, "resnet20"}, {ModelName::kResnet18, "resnet18"},
-      {ModelName::kCustom, "custom"}}};
+  static constexpr auto kNames = [] {
+    std::array<EnumName<ModelName>, nn::kBuiltinNames.size()> out{};
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      out[i] = {nn::kBuiltinNames[i].first, nn::kBuiltinNames[i].second};
+    }
+    return out;
+  }();
 };
 template <> struct EnumTable<OptimizerName> {
   static constexpr std::array<EnumName<OptimizerName>, 2> kNames{{

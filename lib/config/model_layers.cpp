@@ -149,9 +149,10 @@ class LayerReader {
     for (std::size_t t = 0; t < nn::layer_type_names().size(); ++t) {
       const auto& others = attributes_of(static_cast<LayerType>(t));
       if (std::find(others.begin(), others.end(), key) != others.end()) {
-        problem("'" + std::string(key) + "' is not an attribute of " +
-                std::string(nn::layer_type_name(*m_type)) + " (" +
-                std::string(nn::layer_type_names()[t]) + " has it); " +
+        std::string msg = "'";  // built in steps: GCC 12 warns falsely on "..." + string&&
+        msg += key;
+        problem(msg + "' is not an attribute of " + std::string(nn::layer_type_name(*m_type)) +
+                " (" + std::string(nn::layer_type_names()[t]) + " has it); " +
                 std::string(nn::layer_type_name(*m_type)) +
                 " takes: " + (allowed.empty() ? std::string("name only") : join(all, ", ")));
         return;

@@ -629,50 +629,54 @@ GraphSpec model_description(const ModelSpec& spec) {
     throw ConfigError("model needs at least 2 classes, got " + std::to_string(spec.classes));
   }
   GraphSpec g;
-  g.name = spec.name;
+  g.name = spec.name();
   g.channels = spec.channels;
   g.height = spec.height;
   g.width = spec.width;
   g.classes = spec.classes;
   const bool wn = spec.weight_norm;
-  if (!spec.layers.empty() && spec.name != "custom") {
-    throw ConfigError("model.layers describes a model, but model.name = \"" + spec.name +
+  if (!spec.layers.empty() && spec.model != Builtin::kCustom) {
+    throw ConfigError("model.layers describes a model, but model.name = \"" + spec.name() +
                       "\" is a built-in; set model.name = \"custom\" to use the layers");
   }
-  if (spec.name == "cnn") {
-    // The paper's App. A.1 network.
-    g.layers = {conv("conv1", 32, 3, 1, 1, true, wn),
-                simple(LayerType::kRelu),
-                maxpool2(),
-                conv("conv2", 64, 3, 1, 1, true, wn),
-                simple(LayerType::kRelu),
-                maxpool2(),
-                fc("fc1", 256, wn),
-                simple(LayerType::kRelu),
-                fc("fc2", 0, wn)};
-  } else if (spec.name == "mlp") {
-    if (spec.mlp_hidden < 1) {
-      throw ConfigError("model.mlp_hidden must be >= 1, got " + std::to_string(spec.mlp_hidden));
-    }
-    g.layers = {fc("fc1", spec.mlp_hidden, wn), simple(LayerType::kRelu), fc("fc2", 0, wn)};
-  } else if (spec.name == "logreg") {
-    g.layers = {fc("fc1", 0, wn)};
-  } else if (spec.name == "resnet20") {
-    // He et al. 2016, section 4.2: 6n + 2 layers with n = 3.
-    g.layers = resnet(16, {16, 32, 64}, 3);
-  } else if (spec.name == "resnet18") {
-    // The 18-layer ResNet of He et al. 2016 with a 3x3 stem and no max-pool,
-    // as usual for 32x32 inputs.
-    g.layers = resnet(64, {64, 128, 256, 512}, 2);
-  } else if (spec.name == "custom") {
-    if (spec.layers.empty()) {
-      throw ConfigError(
-          "model.name = \"custom\" needs its layers as [[model.layers]] tables (docs/models.md)");
-    }
-    g.layers = spec.layers;
-  } else {
-    throw ConfigError("unknown model '" + spec.name +
-                      "'; use one of: cnn, mlp, logreg, resnet20, resnet18, custom");
+  switch (spec.model) {
+    case Builtin::kCnn:
+      // The paper's App. A.1 network.
+      g.layers = {conv("conv1", 32, 3, 1, 1, true, wn),
+                  simple(LayerType::kRelu),
+                  maxpool2(),
+                  conv("conv2", 64, 3, 1, 1, true, wn),
+                  simple(LayerType::kRelu),
+                  maxpool2(),
+                  fc("fc1", 256, wn),
+                  simple(LayerType::kRelu),
+                  fc("fc2", 0, wn)};
+      break;
+    case Builtin::kMlp:
+      if (spec.mlp_hidden < 1) {
+        throw ConfigError("model.mlp_hidden must be >= 1, got " + std::to_string(spec.mlp_hidden));
+      }
+      g.layers = {fc("fc1", spec.mlp_hidden, wn), simple(LayerType::kRelu), fc("fc2", 0, wn)};
+      break;
+    case Builtin::kLogreg:
+      g.layers = {fc("fc1", 0, wn)};
+      break;
+    case Builtin::kResnet20:
+      // He et al. 2016, section 4.2: 6n + 2 layers with n = 3.
+      g.layers = resnet(16, {16, 32, 64}, 3);
+      break;
+    case Builtin::kResnet18:
+      // The 18-layer ResNet of He et al. 2016 with a 3x3 stem and no max-pool,
+      // as usual for 32x32 inputs.
+      g.layers = resnet(64, {64, 128, 256, 512}, 2);
+      break;
+    case Builtin::kCustom:
+      if (spec.layers.empty()) {
+        throw ConfigError(
+            "model.name = \"custom\" needs its layers as [[model.layers]] tables (docs/models.md)");
+      }
+      g.layers = spec.layers;
+      break;
   }
   return g;
 }

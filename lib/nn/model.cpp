@@ -27,7 +27,7 @@ const ParamView& ParamLayout::find(const std::string& name) const {
 NetSpec net_spec(const ModelSpec& spec) {
   const Graph graph = model_graph(spec);
   auto unsupported = [&](const Node& n, const std::string& why) {
-    return ConfigError("model '" + spec.name +
+    return ConfigError("model '" + spec.name() +
                        "' is not yet supported by the CUDA backend, which runs straight lines of "
                        "3x3 / stride 1 / pad 1 convolutions with bias, 2x2 max-pooling, fully "
                        "connected layers with bias and ReLUs, weight norm on all or none of them: "
@@ -158,7 +158,7 @@ void init_params(const ModelSpec& spec, const ParamLayout& layout, float* params
   const Graph graph = model_graph(spec);
   if (graph.layout.count != layout.count || graph.layout.views.size() != layout.views.size()) {
     throw InternalError("init_params: the layout (" + std::to_string(layout.count) +
-                        " floats) is not the layout of model '" + spec.name + "' (" +
+                        " floats) is not the layout of model '" + spec.name() + "' (" +
                         std::to_string(graph.layout.count) + " floats)");
   }
   init_params(graph, params, seed);

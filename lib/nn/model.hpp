@@ -6,17 +6,39 @@
 // CUDA backend still runs, derived from the graph of the models it can run.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "nn/layer.hpp"
 
 namespace syncopt::nn {
 
+// The models: built-in graphs, or a description (custom). One table of
+// names, which config's model.name parses (config/enums.hpp).
+enum class Builtin { kCnn, kMlp, kLogreg, kResnet20, kResnet18, kCustom };
+inline constexpr std::array<std::pair<Builtin, std::string_view>, 6> kBuiltinNames{{
+    {Builtin::kCnn, "cnn"},
+    {Builtin::kMlp, "mlp"},
+    {Builtin::kLogreg, "logreg"},
+    {Builtin::kResnet20, "resnet20"},
+    {Builtin::kResnet18, "resnet18"},
+    {Builtin::kCustom, "custom"},
+}};
+constexpr std::string_view builtin_name(Builtin b) {
+  for (const auto& [value, name] : kBuiltinNames) {
+    if (value == b) return name;
+  }
+  return "?";
+}
+
 struct ModelSpec {
-  std::string name = "cnn";  // cnn | mlp | logreg | resnet20 | resnet18 | custom
+  Builtin model = Builtin::kCnn;
+  std::string name() const { return std::string(builtin_name(model)); }
   int channels = 1, height = 28, width = 28;
   int classes = 10;
   bool weight_norm = true;  // cnn, mlp, logreg: on every conv / fc layer

@@ -49,7 +49,8 @@ std::map<int, double> step_times_from_runs(const RunDirs& runs, int workers,
   for (const auto& run : runs) {
     const auto s = read_summary(run);
     const std::string mode = s.value("mode", std::string());
-    if (mode != "sync" || s.value("workers", 0) != workers) {
+    if (config::enum_from_name<config::Mode>(mode) != config::Mode::kSync ||
+        s.value("workers", 0) != workers) {
       notes.push_back(run.string() + ": mode " + mode + " with " +
                       std::to_string(s.value("workers", 0)) + " workers, not sync with " +
                       std::to_string(workers) + ": not used for T(N, b)");

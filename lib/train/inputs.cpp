@@ -5,7 +5,7 @@ namespace syncopt::train {
 
 nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train) {
   nn::ModelSpec spec;
-  spec.name = config::to_string(cfg.model.name);
+  spec.model = cfg.model.name;
   spec.channels = train.channels;
   spec.height = train.height;
   spec.width = train.width;
@@ -18,7 +18,7 @@ nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train) 
 
 nn::ModelSpec expected_model_spec(const config::Config& cfg) {
   nn::ModelSpec spec;
-  spec.name = config::to_string(cfg.model.name);
+  spec.model = cfg.model.name;
   spec.weight_norm = cfg.model.weight_norm;
   spec.mlp_hidden = static_cast<int>(cfg.model.mlp_hidden);
   spec.layers = cfg.model.layers;

@@ -199,7 +199,7 @@ std::uint64_t LocalTrainer::open_outputs() {
   spdlog::info(
       "model {} ({} parameters), backend {} with {} thread(s), batch {}, {} steps "
       "({:.2f} epochs)",
-      m_spec.name, m_layout.count, m_backend->name(), m_cfg.compute.threads, m_batch,
+      m_spec.name(), m_layout.count, m_backend->name(), m_cfg.compute.threads, m_batch,
       m_plan.total_steps, m_sched.total_epochs);
   m_progress = std::make_unique<metrics::Progress>(static_cast<std::int64_t>(m_plan.total_steps),
                                                    m_cfg.run.progress_every_steps, m_quiet,
@@ -388,7 +388,7 @@ void LocalTrainer::write_summary(const Outcome& outcome) {
   nlohmann::json extra = {{"examples_per_s", m_examples / std::max(1e-9, train_s)},
                           {"train_s", train_s},
                           {"eval_s", m_eval_s},
-                          {"model", m_spec.name},
+                          {"model", m_spec.name()},
                           {"params", m_layout.count},
                           {"backend", m_backend->name()},
                           {"threads", m_cfg.compute.threads},

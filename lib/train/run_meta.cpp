@@ -238,9 +238,10 @@ RunState run_status(const fs::path& run_dir) {
     } catch (const std::exception& e) {
       throw DataError((run_dir / "summary.json").string() + ": not JSON (" + e.what() + ")");
     }
-    const std::string status = s.value("status", std::string("completed"));
-    if (status == "completed") return {status, ""};
-    if (status == "stopped") {
+    const std::string completed = status_name(RunStatus::kCompleted);
+    const std::string status = s.value("status", completed);
+    if (status == completed) return {status, ""};
+    if (status == status_name(RunStatus::kStopped)) {
       return {status, "stopped (" + s.value("stopped", std::string("by a signal")) +
                           ") before the end" + resume};
     }

@@ -77,7 +77,7 @@ std::string utc_now();
 struct RunState {
   std::string status;
   std::string why;
-  bool complete() const { return status == "completed"; }
+  bool complete() const { return status == status_name(RunStatus::kCompleted); }
 };
 RunState run_status(const std::filesystem::path& run_dir);
 

@@ -289,15 +289,15 @@ struct ModelCase {
 std::vector<ModelCase> model_cases() {
   std::vector<ModelCase> cases;
   nn::ModelSpec s;
-  s.name = "logreg";
+  s.model = syncopt::nn::Builtin::kLogreg;
   s.weight_norm = false;
   cases.push_back({"logreg (fc + loss)", s, 33});
-  s.name = "mlp";
+  s.model = syncopt::nn::Builtin::kMlp;
   s.mlp_hidden = 64;
   cases.push_back({"mlp (fc + relu)", s, 16});
   s.weight_norm = true;
   cases.push_back({"mlp with weight norm", s, 16});
-  s.name = "cnn";
+  s.model = syncopt::nn::Builtin::kCnn;
   cases.push_back({"cnn (conv, pool, weight norm)", s, 24});
   s.weight_norm = false;
   cases.push_back({"cnn without weight norm", s, 8});
@@ -403,7 +403,7 @@ TEST_CASE("cuda backend: SGD training follows the CPU backend", "[cuda][model][t
 TEST_CASE("cuda backend: errors", "[cuda][errors]") {
   auto gpu = gpu_backend();
   nn::ModelSpec spec;
-  spec.name = "mlp";
+  spec.model = syncopt::nn::Builtin::kMlp;
   auto net = gpu->make_network(spec, 4);
   const nn::ParamLayout layout = nn::param_layout(spec);
   std::vector<float> params(layout.count, 0.01f), grad(layout.count);
@@ -475,7 +475,7 @@ TEST_CASE("cuda backend: the device step reads a non-finite gradient back with t
   // the next healthy step clears the flag (it is per step, not sticky).
   auto gpu = gpu_backend();
   nn::ModelSpec spec;
-  spec.name = "mlp";
+  spec.model = syncopt::nn::Builtin::kMlp;
   const nn::ParamLayout layout = nn::param_layout(spec);
   auto net = gpu->make_network(spec, 8);
   auto* dnet = dynamic_cast<cu::DeviceNetwork*>(net.get());

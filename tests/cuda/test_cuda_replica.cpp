@@ -203,7 +203,7 @@ TEST_CASE("cuda replica: follows the host replica on the CPU backend", "[cuda][r
 TEST_CASE("cuda replica: checkpoints move between host and device replicas",
           "[cuda][replica][checkpoint]") {
   nn::ModelSpec spec;
-  spec.name = "mlp";
+  spec.model = syncopt::nn::Builtin::kMlp;
   const nn::ParamLayout layout = nn::param_layout(spec);
   std::vector<float> init(layout.count);
   nn::init_params(spec, layout, init.data(), 31);
@@ -245,7 +245,7 @@ TEST_CASE("cuda replica: checkpoints move between host and device replicas",
 
 TEST_CASE("cuda replica: a non-finite gradient is seen", "[cuda][replica]") {
   nn::ModelSpec spec;
-  spec.name = "mlp";
+  spec.model = syncopt::nn::Builtin::kMlp;
   const nn::ParamLayout layout = nn::param_layout(spec);
   std::vector<float> init(layout.count);
   nn::init_params(spec, layout, init.data(), 41);

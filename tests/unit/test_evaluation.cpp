@@ -43,7 +43,7 @@ TEST_CASE("EvalLog evaluates theta and its EMA each with its own batch-norm stat
   // θ̄ that is θ with the first fc times 3 predicts exactly as θ, when (and
   // only when) it is normalised with statistics of its own.
   nn::ModelSpec spec;
-  spec.name = "custom";
+  spec.model = syncopt::nn::Builtin::kCustom;
   spec.channels = 1;
   spec.height = spec.width = 4;
   spec.classes = 3;

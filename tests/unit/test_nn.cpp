@@ -292,7 +292,10 @@ nn::Graph graph_of(std::int64_t c, std::int64_t h, std::int64_t w,
 
 nn::ModelSpec model(const std::string& name, bool wn) {
   nn::ModelSpec s;
-  s.name = name;
+  const auto it = std::find_if(nn::kBuiltinNames.begin(), nn::kBuiltinNames.end(),
+                               [&](const auto& e) { return e.second == name; });
+  REQUIRE(it != nn::kBuiltinNames.end());
+  s.model = it->first;
   s.weight_norm = wn;
   return s;
 }
@@ -345,7 +348,6 @@ TEST_CASE("param layout: counts, order, contiguity for 1x28x28", "[nn]") {
   cifar.channels = 3;
   cifar.height = cifar.width = 32;
   CHECK(nn::param_layout(cifar).find("fc1.v").shape == std::vector<std::int64_t>{256, 4096});
-  CHECK_THROWS_AS(nn::param_layout(model("resnet", true)), syncopt::ConfigError);
 
   const std::string summary = nn::model_summary(model("cnn", true));
   CHECK(summary.find("total: 824820 params") != std::string::npos);
@@ -694,7 +696,7 @@ TEST_CASE("graph: resnet20 and resnet18 sizes and shapes", "[nn]") {
   for (const nn::Node& n : c20.nodes) {
     if (n.name == "pool") CHECK(n.in == std::vector<std::int64_t>{64, 8, 8});
   }
-  cifar.name = "resnet18";
+  cifar.model = syncopt::nn::Builtin::kResnet18;
   const nn::Graph r18 = nn::model_graph(cifar);
   CHECK(r18.layout.count == 11173962);  // torchvision-style ResNet-18, 3x3 stem, 10 classes
 }
