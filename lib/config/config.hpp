@@ -140,6 +140,15 @@ struct ComputeConfig {
   bool operator==(const ComputeConfig&) const = default;
 };
 
+// How gradients and parameters travel between workers and shards
+// (docs/design.md §4): per layer bucket, overlapping compute, or whole.
+struct ExchangeConfig {
+  bool pipeline = true;
+  std::int64_t bucket_bytes = 262144;
+
+  bool operator==(const ExchangeConfig&) const = default;
+};
+
 // `syncopt simulate` (lib/sim/): the discrete-event model of a cluster, in
 // seconds of simulated time. Training itself ignores this section.
 struct SimConfig {
@@ -168,6 +177,7 @@ struct Config {
   StragglerConfig stragglers;
   EvalConfig eval;
   ComputeConfig compute;
+  ExchangeConfig exchange;
   SimConfig sim;
 
   // Field-by-field equality: the to_toml() round trip is tested with it.

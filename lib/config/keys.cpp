@@ -213,6 +213,17 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(compute, backend, no_range(), "",
                   "Compute backend (cuda needs a CUDA build and a GPU)."),
       SYNCOPT_KEY(compute, threads, at_least(1), "", "CPU threads per rank (oneDNN / OpenMP)."),
+      // [exchange]
+      SYNCOPT_KEY(exchange, pipeline, no_range(), "",
+                  "Parameter-server modes: send each bucket of layers' gradients as soon as "
+                  "backward has produced it (top layer first), and start each layer's forward as "
+                  "soon as its parameters are in, so that communication overlaps compute; false: "
+                  "pull all parameters, compute, push the whole gradient. Updates are the same "
+                  "either way."),
+      SYNCOPT_KEY(exchange, bucket_bytes, at_least(1), "",
+                  "Smallest message of the pipeline: consecutive layers are grouped until their "
+                  "parameters reach this many bytes (PyTorch DDP's bucket_cap, Horovod's fusion "
+                  "buffer)."),
       // [sim] (syncopt simulate and plan; training ignores it)
       SYNCOPT_KEY(sim, workers, at_least(1), "",
                   "Simulated workers K (there is no MPI world to count them); N = K - "
