@@ -404,7 +404,7 @@ run_requeue() {
   # What each attempt did, from the job log (appended to by every attempt).
   grep -E 'train.sbatch: (job|SIGUSR1|.*exit_code|run stopped)|stopping at step|resuming from' "$out" |
     sed 's/^/    /'
-  grep -q "exit_code in .* is 75" "$out" || fail "(e) no attempt ended with the run's exit code 75"
+  grep -q "exit_code (.*) is 75" "$out" || fail "(e) no attempt ended with the run's exit code 75"
   grep -q "SIGUSR1 received" "$out" || fail "(e) SLURM's B:USR1 never reached the batch shell"
   grep -q "stopping at step .* on SIGUSR1: saving a checkpoint" "$out" || fail "(e) the trainer did not stop on SIGUSR1"
   grep -q 'run.resume=true' "$out" || fail "(e) no attempt resumed"
