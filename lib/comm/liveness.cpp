@@ -226,7 +226,7 @@ std::vector<int> Watch::poll(double now) {
       } else {
         const std::string err =
             check_header(h, {static_cast<std::uint32_t>(m_peers[static_cast<std::size_t>(i)]),
-                             {Kind::kEnding, Kind::kSaved},
+                             {Kind::kEnding, Kind::kSaved, Kind::kStop},
                              0,
                              m_notice_capacity,
                              d.bytes});

@@ -136,12 +136,15 @@ double monotonic_s();
 double boottime_s();
 
 // A notice from a peer (kTagNotice on the liveness communicator).
+// ENDING: the sender ends the job with `code`; STOP (from a shard to its
+// workers and the evaluator): its part of the job is over, every one of them
+// said goodbye or was found dead; SAVED: a checkpoint part is written.
 struct Notice {
   int from = -1;
   Kind kind = Kind::kEnding;
-  std::uint32_t code = 0;  // ENDING: the exit code the sender ends the job with
-  std::uint64_t step = 0;  // ENDING: the checkpoint it saved (kNoCheckpoint: none); SAVED: its step
-  std::vector<int> ranks;  // ENDING: the ranks it found dead
+  std::uint32_t code = 0;  // ENDING, STOP: the run's exit code as the sender has it
+  std::uint64_t step = 0;  // ENDING: the checkpoint it saved (kNoCheckpoint: none)
+  std::vector<int> ranks;  // ENDING, STOP: the ranks the sender found dead
 };
 
 // What a rank does for liveness, in one object: beats to the ranks that

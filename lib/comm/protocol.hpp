@@ -49,7 +49,7 @@ inline constexpr int kTagFinal = 16;       // shard -> eval writer (FINAL)
 inline constexpr int kTagResult = 17;      // eval writer -> rank 0 (RESULT)
 inline constexpr int kTagRecords = 18;     // shard -> rank 0: its step records, raw bytes
 inline constexpr int kTagDecision = 19;    // shard 0 -> shards (DECISION)
-inline constexpr int kTagNotice = 22;      // liveness communicator: ENDING, SAVED (allreduce)
+inline constexpr int kTagNotice = 22;      // liveness communicator: ENDING, STOP, SAVED
 
 // Bits of MsgHeader::flags.
 inline constexpr std::uint32_t kFlagFinal = 1u;  // PARAMS to the evaluator: training has ended

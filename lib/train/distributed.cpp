@@ -189,7 +189,7 @@ void open_outputs(Job& job) {
     job.journal =
         RunJournal(job.run_dir, cfg.run.name, inv, {job.peers, job.roles}, cfg.run.resume);
     if (cfg.run.resume) {
-      const auto changed = check_resume(cfg, job.run_dir, job.world);
+      const auto changed = check_resume(cfg, job.run_dir, job.world, job.launch_id);
       if (!changed.empty()) {
         job.journal.note("changed", changed);
         for (const auto& c : changed) spdlog::info("resumed with {}", c);
@@ -270,6 +270,45 @@ void open_outputs(Job& job) {
   }
 }
 
+// A shard whose loop is over (every worker and the evaluator said goodbye
+// or was found dead) tells them so, and whom it found dead (STOP notice).
+void release_watchers(Job& job, const ps::ShardResult& r) {
+  for (const int rank : job.watch->beat_to()) {
+    if (rank < job.roles.shards || !job.watch->alive(rank)) continue;
+    job.watch->notify(rank, Kind::kStop, static_cast<std::uint32_t>(r.code), 0, r.dead_ranks);
+  }
+  (void)job.watch->flush(1.0);
+}
+
+// A worker or the evaluator, its part done, waits until every shard's part
+// is over too (its STOP notice) or the shard is found dead: only then does it
+// know whether some rank of the job died, which MPI_Finalize would wait for
+// (it then skips it). Returns whether one did, or it cannot tell.
+bool wait_for_release(Job& job) {
+  std::vector<int> waiting;
+  for (int s = 0; s < job.roles.shards; ++s) {
+    if (job.watch->alive(s)) waiting.push_back(s);
+  }
+  bool lost = false;
+  const RunClock waited;
+  comm::IdleBackoff backoff;
+  const auto done = [&](int rank) { std::erase(waiting, rank); };
+  while (!waiting.empty()) {
+    for (const int r : job.watch->poll(job.clock.now())) {
+      lost = true;
+      done(r);
+    }
+    for (const auto& n : job.watch->notices()) {
+      if (n.kind != Kind::kStop && n.kind != Kind::kEnding) continue;
+      lost = lost || n.kind == Kind::kEnding || !n.ranks.empty();
+      done(n.from);
+    }
+    if (waited.now() > job.cfg.cluster.dead_after_s + 5.0) return true;
+    backoff.idle(0.01);
+  }
+  return lost;
+}
+
 RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   ps::ShardSetup st;
   st.cfg = &job.cfg;
@@ -309,6 +348,7 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   }
   ps::Shard shard(st);
   ps::ShardResult r = shard.run();
+  release_watchers(job, r);
   RoleOutcome out;
   out.theta = std::move(r.theta);
   out.ema = std::move(r.ema);
@@ -347,7 +387,7 @@ RoleOutcome run_worker_role(Job& job) {
   RoleOutcome out;
   out.wall_s = job.clock.now();
   out.outcome = Outcome::from_code(wr.code);
-  out.peer_lost = wr.peer_lost;
+  out.peer_lost = wait_for_release(job) || wr.peer_lost;
   return out;
 }
 
@@ -370,7 +410,7 @@ RoleOutcome run_evaluator_role(Job& job) {
   RoleOutcome out;
   const EvaluatorResult r = run_evaluator(st);
   out.outcome = Outcome::from_code(r.code);
-  out.peer_lost = r.peer_lost;
+  out.peer_lost = wait_for_release(job) || r.peer_lost;
   out.wall_s = job.clock.now();
   return out;
 }
@@ -489,15 +529,25 @@ void announce(Job& job, ExitCode code) {
   if (!job.watch->flush(2.0)) spdlog::warn("some ranks did not take the notice that this one ends");
 }
 
-// Rank 0: an attempt that failed. run.json records it; summary.json only
-// when training had begun (it describes this launch then; an attempt that
-// never trained leaves the run's last summary as it was).
+// Rank 0: an attempt that failed. The outcome file and run.json record it;
+// summary.json only when training had begun (it describes this launch then;
+// an attempt that never trained leaves the run's last summary as it was).
 void record_failure(Job& job, const Outcome& outcome) {
-  job.journal.finish(outcome);
   write_outcome_file(outcome, job.launch_id, job.run_dir);
+  // A write failed (a full disk, most often): more writes there would only
+  // bury its message under theirs.
+  if (outcome.exit_code == ExitCode::kIoError) return;
+  job.journal.finish(outcome);
   if (job.training && job.opened) {
-    write_failure_summary(job.run_dir, outcome,
-                          {{"launch_id", job.launch_id}, {"run_id", job.journal.run_id()}});
+    if (job.steps) {
+      try {
+        job.steps->flush();
+      } catch (const std::exception&) {
+        // A full disk: the summary says what the records on disk say.
+      }
+    }
+    write_summary_from_records(job.run_dir, outcome,
+                               {{"launch_id", job.launch_id}, {"run_id", job.journal.run_id()}});
   }
 }
 

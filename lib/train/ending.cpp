@@ -68,6 +68,28 @@ void write_outcome_file(const Outcome& outcome, const std::string& launch_id,
 
 bool outcome_file_written() { return g_outcome_written.load(); }
 
+void write_summary_from_records(const fs::path& run_dir, const Outcome& outcome,
+                                const json& extra) noexcept {
+  json all = outcome.to_json();
+  all["lost_workers"] = json::array();
+  all["final_eval"] = "none: the run did not complete";
+  for (const auto& [k, v] : extra.items()) all[k] = v;
+  try {
+    const auto steps = metrics::read_steps(run_dir / "steps.jsonl", true);
+    const auto evals = fs::exists(run_dir / "eval.jsonl")
+                           ? metrics::read_jsonl(run_dir / "eval.jsonl", true)
+                           : std::vector<json>{};
+    metrics::RunInfo info = partial_run_info(run_dir, steps, evals);
+    info.evaluated = false;
+    metrics::write_summary(run_dir, info, all);
+  } catch (const std::exception& e) {
+    spdlog::warn(
+        "the records of {} could not be summarised ({}): summary.json says the outcome only",
+        run_dir.string(), e.what());
+    write_failure_summary(run_dir, outcome, all);
+  }
+}
+
 bool end_in_place_of_rank0(const EndingJob& job, const Outcome& outcome) noexcept {
   try {
     const fs::path claim = claim_path(job.run_dir, job.launch_id);
@@ -99,29 +121,14 @@ bool end_in_place_of_rank0(const EndingJob& job, const Outcome& outcome) noexcep
       write_outcome_file(outcome, job.launch_id, job.run_dir);
       return true;
     }
+    // Another rank that claimed the ending before has recorded it.
+    if (summary_of(job.run_dir, job.launch_id)) return false;
     write_outcome_file(outcome, job.launch_id, job.run_dir);
-    if (summary_of(job.run_dir, job.launch_id)) return true;
     RunJournal::record_end(job.run_dir, job.launch_id, outcome);
-    json extra = outcome.to_json();
-    extra["launch_id"] = job.launch_id;
-    extra["lost_workers"] = json::array();
-    extra["final_eval"] = "none: the run did not complete";
-    extra["ended_by"] = rank_json(*job.peers, *job.roles, job.self);
-    try {
-      // What the records on disk say: rank 0 wrote them until it fell silent.
-      const auto steps = metrics::read_steps(job.run_dir / "steps.jsonl", true);
-      const auto evals = fs::exists(job.run_dir / "eval.jsonl")
-                             ? metrics::read_jsonl(job.run_dir / "eval.jsonl", true)
-                             : std::vector<json>{};
-      metrics::RunInfo info = partial_run_info(job.run_dir, steps, evals);
-      info.evaluated = false;
-      metrics::write_summary(job.run_dir, info, extra);
-    } catch (const std::exception& e) {
-      spdlog::warn(
-          "the records of {} could not be summarised ({}): summary.json says the outcome only",
-          job.run_dir.string(), e.what());
-      write_failure_summary(job.run_dir, outcome, extra);
-    }
+    // What the records on disk say: rank 0 wrote them until it fell silent.
+    write_summary_from_records(
+        job.run_dir, outcome,
+        {{"launch_id", job.launch_id}, {"ended_by", rank_json(*job.peers, *job.roles, job.self)}});
     return true;
   } catch (const std::exception& e) {
     spdlog::error("could not record the end of the run in {}: {}", job.run_dir.string(), e.what());

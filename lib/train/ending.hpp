@@ -44,6 +44,13 @@ struct EndingJob {
   const layout::Roles* roles = nullptr;
 };
 
+// summary.json of a launch that ended before its own summary could be
+// written: the analysis of the records on disk (what was written before the
+// end) with `outcome` and `extra`; just the outcome when the records cannot
+// be read. Never throws (logs).
+void write_summary_from_records(const std::filesystem::path& run_dir, const Outcome& outcome,
+                                const nlohmann::json& extra) noexcept;
+
 // Rank 0 is silent: records `outcome` (summary.json from the records on
 // disk, run.json's entry of this launch, the outcome file) if this rank is
 // the first to claim the ending of the launch and the run directory is

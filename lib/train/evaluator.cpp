@@ -116,6 +116,7 @@ void Evaluator::send_to_shard0(Kind kind, std::uint64_t seq) {
 std::vector<comm::RecvSlots::Done> Evaluator::poll() {
   const double now = m_st.clock->now();
   for (const int dead : m_watch->poll(now)) {
+    m_sends.cancel_to(dead);  // what it will never take (kept, not waited for)
     throw UnavailableError("the evaluator: shard " + std::to_string(dead) + " (" +
                            comm::describe_rank(*m_st.peers, dead) + ") has been silent for " +
                            std::to_string(static_cast<int>(now - m_watch->last_heard(dead))) +

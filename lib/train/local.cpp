@@ -185,7 +185,7 @@ std::uint64_t LocalTrainer::open_outputs() {
       RunJournal(dir, m_cfg.run.name, m_inv, {{}, layout::make_roles(m_cfg, 1)}, m_cfg.run.resume);
   double wall_s = 0.0;
   if (m_cfg.run.resume) {
-    const auto changed = check_resume(m_cfg, dir, 1);
+    const auto changed = check_resume(m_cfg, dir, 1, m_inv.launch_id);
     if (!changed.empty()) {
       m_journal.note("changed", changed);
       for (const auto& c : changed) spdlog::info("resumed with {}", c);

@@ -58,12 +58,13 @@ std::map<std::string, std::string> key_values(const std::string& toml) {
   return out;
 }
 
-// The layout of the run's last launch (run.json), or null.
-nlohmann::json last_layout(const fs::path& dir) {
+// The layout of the run's last launch before `current` (run.json), or null.
+nlohmann::json last_layout(const fs::path& dir, const std::string& current) {
   try {
     const auto doc = nlohmann::json::parse(read_file_bytes(dir / "run.json"));
     const auto& launches = doc.at("launches");
     for (auto it = launches.rbegin(); it != launches.rend(); ++it) {
+      if (!current.empty() && it->value("launch_id", std::string()) == current) continue;
       if (it->contains("layout") && (*it)["layout"].contains("world")) return (*it)["layout"];
     }
   } catch (const std::exception&) {
@@ -134,7 +135,8 @@ OpenedRun open_run_dir(const config::Config& cfg, const LockHolder& me) {
   return out;
 }
 
-std::vector<std::string> check_resume(const config::Config& cfg, const fs::path& dir, int world) {
+std::vector<std::string> check_resume(const config::Config& cfg, const fs::path& dir, int world,
+                                      const std::string& launch_id) {
   const fs::path saved = dir / "config.toml";
   const auto before = key_values(read_file_bytes(saved));
   const auto now = key_values(config::to_toml(cfg));
@@ -159,7 +161,7 @@ std::vector<std::string> check_resume(const config::Config& cfg, const fs::path&
         " --set run.resume=true; train.steps, train.epochs and optim.anneal_epochs may change "
         "to extend it) or start a new run under another run.name");
   }
-  if (const auto layout = last_layout(dir);
+  if (const auto layout = last_layout(dir, launch_id);
       world > 0 && !layout.is_null() && layout.value("world", 0) != world) {
     const std::string name = fs::path(dir).filename().string();
     throw ConfigError(

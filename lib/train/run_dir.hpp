@@ -39,11 +39,12 @@ bool resume_may_change(const std::string& key);
 // ConfigError (78) lists every key that differs otherwise. A launch of
 // another number of ranks than the run's last one (run.json) is one
 // ConfigError saying how to resume or start anew (`world`: this launch's
-// ranks; 0 skips the check). Returns the keys that changed (for run.json
+// ranks; 0 skips the check; `launch_id`: this launch, whose own entry in
+// run.json is not the run's). Returns the keys that changed (for run.json
 // and the log); the caller rewrites config.toml (rewrite_config) once the
 // run goes on.
 std::vector<std::string> check_resume(const config::Config& cfg, const std::filesystem::path& dir,
-                                      int world);
+                                      int world, const std::string& launch_id = "");
 
 // config.toml of a resumed run: the resolved config of this launch (its
 // location and length included), written atomically.

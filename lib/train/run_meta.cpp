@@ -342,13 +342,26 @@ RunState run_status(const fs::path& run_dir) {
     const std::string completed = status_name(RunStatus::kCompleted);
     const std::string status = s.value("status", completed);
     if (status == completed) return {status, ""};
+    // A later launch that ended without a summary of its own (refused
+    // before it trained): run.json says how.
+    std::string later;
+    try {
+      const json last = json::parse(read_file_bytes(run_dir / "run.json")).at("launches").back();
+      if (s.contains("launch_id") && last.value("launch_id", "") != s.value("launch_id", "") &&
+          last.contains("exit_code") && last["exit_code"].is_number()) {
+        later = "; a later launch (" + last.value("start_utc", std::string("?")) +
+                ") ended with exit " + last["exit_code"].dump() + ": " +
+                last.value("detail", std::string("see run.json"));
+      }
+    } catch (const std::exception&) {
+    }
     if (status == status_name(RunStatus::kStopped)) {
       return {status, "stopped (" + s.value("stopped", std::string("by a signal")) +
-                          ") before the end" + resume};
+                          ") before the end" + resume + later};
     }
     return {status, status + " with exit code " +
                         (s.contains("exit_code") ? s["exit_code"].dump() : std::string("?")) +
-                        ": " + s.value("error", std::string("see its log"))};
+                        ": " + s.value("error", std::string("see its log")) + later};
   }
   const double age_s = record_age_s(run_dir);
   const std::string age = age_s < 0 ? "unknown" : age_text(age_s);

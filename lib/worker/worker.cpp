@@ -95,6 +95,7 @@ bool Worker::receive_params() {
     const auto done = m_replies.test();
     const double now = m_st.clock->now();
     for (const int dead : m_watch->poll(now)) {
+      m_sends.cancel_to(dead);  // what it will never take (kept, not waited for)
       throw UnavailableError("worker " + std::to_string(m_st.worker) + ": shard " +
                              std::to_string(dead) + " (" + comm::describe_rank(*m_st.peers, dead) +
                              ") has been silent for " +
