@@ -132,8 +132,16 @@ TEST_CASE("resume: another number of ranks is one message saying what to do", "[
   auto again = c;
   again.run.resume = true;
   CHECK(check_resume(again, dir, 5).empty());
+  // This launch is recorded before the check (so that a refusal is too):
+  // its own entry, of 4 ranks, is not the run's layout.
+  layout::Roles four;
+  four.world = 4;
+  four.workers = 4;
+  Invocation now;
+  now.launch_id = "now";
+  RunJournal journal(dir, c.run.name, now, {{}, four}, true);
   try {
-    check_resume(again, dir, 4);
+    check_resume(again, dir, 4, "now");
     FAIL("a resume with fewer ranks was accepted");
   } catch (const ConfigError& e) {
     const std::string msg = e.what();
