@@ -45,6 +45,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/seed.hpp"
 #include "nn/ops.hpp"
 
 namespace syncopt::nn::cpu {
@@ -84,13 +85,8 @@ bool is_reference(const Pd& pd) {
   return std::string(pd.impl_info_str()).find("ref") != std::string::npos;
 }
 
-// 64-bit mixing (splitmix64's finaliser): dropout keys and masks.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// 64-bit mixing for dropout keys and masks: splitmix64 (common/seed.hpp).
+std::uint64_t mix(std::uint64_t x) { return splitmix64(x); }
 
 // One primitive with its arguments, ready to execute.
 struct Exec {
