@@ -127,7 +127,7 @@ TEST_CASE("cuda kernels: bias+relu forward, relu and bias backward", "[cuda][ker
 
 TEST_CASE("cuda kernels: residual add, accumulation, accumulating relu backward",
           "[cuda][kernels]") {
-  const std::size_t n = 1000003;  // not a multiple of a block
+  const std::size_t n = 300007;  // not a multiple of a block
   const auto a = normal_floats(n, 101), b = normal_floats(n, 102), d0 = normal_floats(n, 103);
   auto d_a = to_device(a);
   auto d_b = to_device(b);
