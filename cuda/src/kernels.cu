@@ -97,7 +97,8 @@ __global__ void dropout_backward_kernel(const float* dy, std::size_t n, std::uin
                                         bool accumulate) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float g = nn::dropout::keep(key, i, threshold) ? dy[i] * keep_scale : 0.0f;
+    // Rounded before the sum (no FMA contraction), as the CPU backend computes it.
+    const float g = nn::dropout::keep(key, i, threshold) ? __fmul_rn(dy[i], keep_scale) : 0.0f;
     dx[i] = accumulate ? dx[i] + g : g;
   }
 }
