@@ -183,11 +183,6 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     // The model fits its input (as data.name gives it) before anything
     // starts: a shape error is a config error of every rank, said once.
     (void)nn::model_graph(train::expected_model_spec(cfg));
-    // The CUDA backend runs straight-line models only, for now: say so
-    // here rather than after the data is loaded.
-    if (cfg.compute.backend == config::Backend::kCuda) {
-      (void)nn::net_spec(train::expected_model_spec(cfg));
-    }
     roles = layout::make_roles(cfg, mpi.size());
     compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads),
                                 cfg.cluster.dead_after_s);
