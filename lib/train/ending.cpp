@@ -60,7 +60,7 @@ void write_outcome_file(const Outcome& outcome, const std::string& launch_id,
     json j = outcome.to_json();
     j["launch_id"] = launch_id;
     j["run_dir"] = run_dir.string();
-    write_file_atomic(path, j.dump() + "\n");
+    write_file_atomic(path, metrics::json_text(j) + "\n");
   } catch (const std::exception& e) {
     spdlog::error("could not write the outcome to {} (SYNCOPT_OUTCOME_FILE): {}", path, e.what());
   }

@@ -239,7 +239,7 @@ void write_failure_summary(const fs::path& run_dir, const Outcome& outcome,
   try {
     nlohmann::json j = outcome.to_json();
     for (const auto& [k, v] : extra.items()) j[k] = v;
-    write_file_atomic(run_dir / "summary.json", j.dump(2) + "\n");
+    write_file_atomic(run_dir / "summary.json", metrics::json_text(j, 2) + "\n");
   } catch (const std::exception& e) {
     spdlog::error("could not record the failure in {}: {}", (run_dir / "summary.json").string(),
                   e.what());

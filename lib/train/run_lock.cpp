@@ -14,6 +14,7 @@
 
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
+#include "metrics/records.hpp"
 #include "train/run_meta.hpp"
 
 namespace syncopt::train {
@@ -29,12 +30,11 @@ std::string host_name() {
 }
 
 std::string text_of(const LockHolder& h) {
-  return nlohmann::json({{"host", h.host},
-                         {"pid", h.pid},
-                         {"job", h.job},
-                         {"launch_id", h.launch_id},
-                         {"since", h.since}})
-             .dump() +
+  return metrics::json_text(nlohmann::json({{"host", h.host},
+                                            {"pid", h.pid},
+                                            {"job", h.job},
+                                            {"launch_id", h.launch_id},
+                                            {"since", h.since}})) +
          "\n";
 }
 

@@ -20,6 +20,7 @@
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "config/config.hpp"
+#include "metrics/records.hpp"
 
 namespace syncopt::train {
 
@@ -238,7 +239,7 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
   json ranks = json::array();
   if (facts.ranks.empty()) {  // one process, no MPI job to ask
     ranks.push_back({{"rank", 0},
-                     {"role", "local"},
+                     {"role", facts.process_role},
                      {"host", host_name()},
                      {"pid", static_cast<int>(getpid())}});
   }
@@ -275,7 +276,7 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
   write();
 }
 
-void RunJournal::write() const { write_file_atomic(m_path, m_doc.dump(2) + "\n"); }
+void RunJournal::write() const { write_file_atomic(m_path, metrics::json_text(m_doc, 2) + "\n"); }
 
 namespace {
 
@@ -318,7 +319,7 @@ void RunJournal::record_end(const fs::path& run_dir, const std::string& launch_i
     for (auto& launch : doc.at("launches")) {
       if (launch.value("launch_id", std::string()) != launch_id) continue;
       set_end(launch, outcome);
-      write_file_atomic(path, doc.dump(2) + "\n");
+      write_file_atomic(path, metrics::json_text(doc, 2) + "\n");
       return;
     }
     spdlog::warn("{} has no launch {}: its end is not recorded there", path.string(), launch_id);
