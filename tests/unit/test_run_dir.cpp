@@ -72,7 +72,7 @@ fs::path make_run(const config::Config& c, int world = 4) {
 
 }  // namespace
 
-TEST_CASE("run lock: one holder; a second is refused naming it; released at the end", "[run_dir]") {
+TEST_CASE("run lock: one holder, a second is refused naming it, released at the end", "[run_dir]") {
   TempDir tmp;
   {
     auto first = RunLock::try_acquire(tmp.path(), holder("launch-a"));
