@@ -9,11 +9,13 @@
 #   SYNCOPT_BIN=/path/to/syncopt: use that binary; nothing is installed or
 #   built (an installed syncopt, or a build elsewhere).
 #
-# Exit status: the run's own (runs/<name>/summary.json "exit_code"; README,
-# "Faults, stopping and resuming"). A distributed run goes under
-# `mpirun --enable-recovery`, so that a worker that dies is dropped and the
-# run goes on; that mpirun exits 0 whatever the ranks did, so its status
-# says nothing.
+# Exit status: the run's own (README, "Faults, stopping and resuming"): the
+# exit code of this launch as the rank that ended it recorded it (in the file
+# SYNCOPT_OUTCOME_FILE names, outside the run directory, so that a refused
+# start, 73, or a full disk, 74, are told too), else its summary.json. A
+# distributed run goes under `mpirun --enable-recovery`, so that a worker
+# that dies is dropped and the run goes on; that mpirun exits 0 whatever the
+# ranks did, so its status says nothing.
 # Ctrl-C (SIGINT), SIGTERM or SIGHUP to this script stop the run at a step
 # boundary with a checkpoint (exit 75; SIGUSR1 to mpirun, which forwards it);
 # a second one ends mpirun at once. Resume with the command it prints.
@@ -60,8 +62,13 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # SIGINT/SIGTERM handling kills the ranks); stdin from /dev/null, as nothing
 # reads it. Its stderr stays the terminal, so rank 0 still draws the live
 # progress line (lib/metrics/records.cpp).
-t_launch=$(date +%s)
-setsid mpirun --enable-recovery -np "${SYNCOPT_NP:-7}" "$bin" "${args[@]}" </dev/null &
+# This launch's name, and where the rank that ends it writes its outcome.
+launch_id=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+outcome=${TMPDIR:-/tmp}/syncopt-outcome-$launch_id.json
+trap 'rm -f "$outcome"' EXIT
+setsid env SYNCOPT_LAUNCH_ID="$launch_id" SYNCOPT_OUTCOME_FILE="$outcome" \
+  mpirun --enable-recovery -x SYNCOPT_LAUNCH_ID -x SYNCOPT_OUTCOME_FILE -np "${SYNCOPT_NP:-7}" \
+  "$bin" "${args[@]}" </dev/null &
 mpirun_pid=$!
 stops=0
 # shellcheck disable=SC2317  # run by the traps
@@ -87,16 +94,27 @@ while :; do
 done
 trap - INT TERM HUP
 
-# The run's verdict: summary.json, written last by rank 0, if this launch
-# wrote it.
+# The run's verdict: what the rank that ended this launch wrote, else this
+# launch's summary.json.
+trap - EXIT
 summary=$run_dir/summary.json
-code=""
-if [ -f "$summary" ] && (($(stat -c %Y "$summary") >= t_launch)); then
-  code=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["exit_code"])' "$summary" 2>/dev/null) || code=""
-fi
+code=$(python3 - "$outcome" "$summary" "$launch_id" <<'PY' 2>/dev/null
+import json, sys
+outcome, summary, launch = sys.argv[1:]
+for path, need in ((outcome, None), (summary, launch)):
+    try:
+        d = json.load(open(path))
+    except (OSError, ValueError):
+        continue
+    if need is None or d.get("launch_id") == need:
+        print(d["exit_code"])
+        break
+PY
+) || code=""
+rm -f "$outcome"
 if [ -z "$code" ]; then
-  # No verdict: every rank died before rank 0 could write one.
-  echo "run.sh: $run_dir has no summary.json of this run (mpirun exited $mpirun_rc): the run failed; see the messages above" >&2
+  # No verdict: every rank died before one could be written.
+  echo "run.sh: no rank recorded how this launch of $run_dir ended (mpirun exited $mpirun_rc): the run failed; see the messages above" >&2
   ((mpirun_rc)) && exit "$mpirun_rc"
   exit 70
 fi

@@ -3,6 +3,7 @@
 // `syncopt --version` prints it, run.json records it and ranks compare it.
 #include "build_info.hpp"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "commands.hpp"
@@ -34,6 +35,9 @@ syncopt::train::Invocation make_invocation(const std::vector<std::string>& argv,
   inv.version = kVersion;
   inv.git_commit = kGitCommit;
   inv.git_dirty = kGitDirty;
+  // Wrapper scripts name the launch, to find its outcome afterwards.
+  const char* id = std::getenv("SYNCOPT_LAUNCH_ID");
+  inv.launch_id = id != nullptr && *id != '\0' ? id : syncopt::train::new_id();
   return inv;
 }
 

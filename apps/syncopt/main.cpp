@@ -14,6 +14,7 @@
 #include "common/signals.hpp"
 #include "common/suggest.hpp"
 #include "config/config.hpp"
+#include "train/ending.hpp"
 
 using namespace syncopt::app;
 
@@ -51,6 +52,13 @@ std::string unknown_subcommand(const CLI::App& app, int argc, char** argv) {
   return "syncopt: unknown subcommand '" + word + "'" +
          (best.empty() ? "" : "; did you mean '" + best + "'?") + "\n" + subcommand_list(app) +
          "(syncopt SUBCOMMAND --help for each)\n";
+}
+
+// An error before the run directory could record it (a config that every
+// rank refused, a failure of rank 0 outside a run): the outcome file of a
+// wrapper script still gets it (train/ending.hpp).
+void record_outcome(const syncopt::Error& e) {
+  syncopt::train::write_outcome_file(syncopt::train::Outcome::failed(e), "", "");
 }
 
 }  // namespace
@@ -158,6 +166,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
                    e.what());
     }
+    if (mpi.rank() == 0) record_outcome(e);
+  } catch (const EndedByPeerError& e) {
+    // Another rank ended the job and said why: one line here, not a new
+    // error. MPI_Finalize, which would wait for that rank, is skipped.
+    code = static_cast<int>(e.code());
+    std::fprintf(stderr, "syncopt: rank %d on %s: %s\n", mpi.rank(), mpi.host().c_str(), e.what());
+    mpi.abandon();
+  } catch (const AnnouncedError& e) {
+    // This rank's own error; the ranks that need it have been told and end
+    // by themselves, so nothing is aborted.
+    code = static_cast<int>(e.code());
+    std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
+                 e.what());
+    mpi.abandon();
   } catch (const UnavailableError& e) {
     // A peer this rank needs is dead: the others find out by themselves.
     // Nothing is aborted, and MPI_Finalize, which would wait for the dead
@@ -172,6 +194,7 @@ int main(int argc, char** argv) {
     code = static_cast<int>(e.code());
     std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
                  e.what());
+    if (mpi.rank() == 0) record_outcome(e);
     if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
   } catch (const std::exception& e) {
     code = static_cast<int>(ExitCode::kInternal);

@@ -1,6 +1,13 @@
 // The compute factory (see platform.hpp): the one `#if SYNCOPT_HAS_CUDA`.
 #include "platform.hpp"
 
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "comm/mpi.hpp"
 #include "common/error.hpp"
 
 #if SYNCOPT_HAS_CUDA
@@ -14,7 +21,33 @@
 
 namespace syncopt::app {
 
+namespace {
+
+// The CPUs this process may run on (its affinity mask: what mpirun, srun or
+// taskset gave it), at least 1.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+}  // namespace
+
+int capped_threads(int threads) {
+  const int cpus = usable_cpus();
+  if (threads <= cpus) return threads;
+  // OpenMP would start them all and crash past what the system allows (a
+  // segfault at 100000); more threads than CPUs only compete for them.
+  std::fprintf(stderr,
+               "syncopt: compute.threads = %d is more than the %d CPU(s) this process may use "
+               "(on %s): using %d\n",
+               threads, cpus, comm::host_name().c_str(), cpus);
+  return cpus;
+}
+
 train::Compute make_compute(config::Backend backend, int threads, double dead_after_s) {
+  threads = capped_threads(threads);
   if (backend == config::Backend::kCpu) {
     nn::make_cpu_backend(threads);  // validates threads now, not on the first rank that computes
     return train::cpu_compute(threads);

@@ -22,6 +22,7 @@
 #include "train/distributed.hpp"
 #include "train/inputs.hpp"
 #include "train/local.hpp"
+#include "train/run_dir.hpp"
 #include "train/run_meta.hpp"
 
 namespace syncopt::app {
@@ -188,8 +189,14 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
                                 cfg.cluster.dead_after_s);
   });
   // `syncopt train runs/<name>/config.toml` repeats that run under a new
-  // name (<name>-2, ...); rank 0 picks it, so that every rank agrees.
+  // name (<name>-2, ...); rank 0 picks it, so that every rank agrees. With
+  // --set run.resume=true it resumes that directory, where it is.
   train::Invocation inv = make_invocation(args.argv, args.config_path, args.overrides);
+  if (train::resume_in_place(cfg, args.config_path, args.overrides) && mpi.rank() == 0) {
+    std::fprintf(stderr, "syncopt: resuming the run in %s (the directory of %s)\n",
+                 (std::filesystem::path(cfg.run.dir) / cfg.run.name).string().c_str(),
+                 args.config_path.c_str());
+  }
   if (!cfg.run.resume) {
     std::string again;
     comm::agree(MPI_COMM_WORLD, [&] {
@@ -241,12 +248,18 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     }
     std::printf("         run directory: %s\n", r.run_dir.string().c_str());
     if (r.outcome.status() == RunStatus::kStopped) {
-      std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
-                  r.outcome.detail.c_str());
+      std::printf(
+          "stopped (%s) with a checkpoint: continue with syncopt train %s --set "
+          "run.resume=true\n",
+          r.outcome.detail.c_str(), (r.run_dir / "config.toml").string().c_str());
     }
     return static_cast<int>(r.outcome.exit_code);
   }
   const train::DistributedResult r = train::run_distributed(cfg, compute, args.quiet, inv);
+  if (r.peer_lost && r.dead_ranks.empty()) {
+    // A rank of the job died (a shard said so): MPI_Finalize would wait for it.
+    mpi.abandon();
+  }
   if (!r.dead_ranks.empty()) {
     // Everything is written. Stopped or hung peers on this node are ended
     // (mpirun would wait for them forever), and MPI_Finalize, which would
@@ -263,8 +276,10 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
                 r.run_dir.string().c_str(), r.run_dir.string().c_str(), r.run_dir.string().c_str());
     if (r.outcome.status() == RunStatus::kStopped) {
-      std::printf("stopped (%s) with a checkpoint: continue with --set run.resume=true\n",
-                  r.outcome.detail.c_str());
+      std::printf(
+          "stopped (%s) with a checkpoint: continue with syncopt train %s --set "
+          "run.resume=true\n",
+          r.outcome.detail.c_str(), (r.run_dir / "config.toml").string().c_str());
     }
   }
   return static_cast<int>(r.outcome.exit_code);

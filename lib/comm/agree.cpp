@@ -3,6 +3,7 @@
 
 #include <climits>
 #include <optional>
+#include <string>
 
 #include "comm/mpi.hpp"
 #include "common/error.hpp"
@@ -25,9 +26,16 @@ void agree(MPI_Comm comm, const std::function<void()>& fn) {
   if (reporter == INT_MAX) return;
   int code = mine ? static_cast<int>(mine->code()) : 0;
   SYNCOPT_CHECK_MPI(MPI_Bcast(&code, 1, MPI_INT, reporter, comm));
-  if (rank == reporter) throw AgreedError(mine->code(), mine->what(), true);
-  throw AgreedError(static_cast<ExitCode>(code),
-                    mine ? mine->what() : "rank " + std::to_string(reporter) + " failed", false);
+  // The reporter's message travels too, so that rank 0 can record the
+  // outcome of an attempt that failed elsewhere (run.json).
+  std::string text = rank == reporter ? std::string(mine->what()) : std::string();
+  int n = static_cast<int>(text.size());
+  SYNCOPT_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, reporter, comm));
+  text.resize(static_cast<std::size_t>(n));
+  SYNCOPT_CHECK_MPI(MPI_Bcast(text.data(), n, MPI_CHAR, reporter, comm));
+  if (rank == reporter) throw AgreedError(mine->code(), text, true);
+  throw AgreedError(static_cast<ExitCode>(code), "rank " + std::to_string(reporter) + ": " + text,
+                    false);
 }
 
 }  // namespace syncopt::comm

@@ -3,7 +3,8 @@
 // agree(): afterwards every rank knows whether any rank failed, and all of
 // them throw AgreedError with the same exit code, so that no rank is left
 // waiting for one that has gone and no rank needs to abort the job. The
-// lowest failing rank reports the cause; the others only exit.
+// lowest failing rank reports the cause; the others only exit, knowing its
+// message ("rank R: ...", for the records rank 0 keeps).
 #pragma once
 
 #include <mpi.h>

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "comm/mpi.hpp"
 
@@ -14,7 +16,16 @@ namespace syncopt::comm {
 
 namespace {
 constexpr int kHostBytes = 256;
+
+// The process has ended (a zombie not yet reaped, or no process at all).
+bool gone(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;
+  const auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
 }
+}  // namespace
 
 std::vector<Peer> gather_peers(MPI_Comm comm) {
   int size = 0;
@@ -52,6 +63,7 @@ std::vector<int> fence(const std::vector<Peer>& peers, int self, const std::vect
       elsewhere.push_back(r);
       continue;
     }
+    if (gone(p.pid)) continue;  // another rank ended it already
     if (::kill(p.pid, SIGKILL) == 0) {
       spdlog::warn(
           "ended {}: it was silent past cluster.dead_after_s (stopped or hung) and "

@@ -34,6 +34,8 @@ const char* kind_name(std::uint16_t kind) {
       return "RESULT";
     case Kind::kDecision:
       return "DECISION";
+    case Kind::kEnding:
+      return "ENDING";
   }
   return "unknown";
 }
@@ -80,7 +82,8 @@ std::string check_header(const MsgHeader& h, const Expect& e) {
   const bool carries =
       kind == Kind::kGrad || kind == Kind::kParams || kind == Kind::kFinal || kind == Kind::kResult;
   const std::size_t want = carries ? e.grad_count : 0;
-  if (kind == Kind::kDecision ? h.count > e.grad_count : h.count != want) {
+  const bool up_to = kind == Kind::kDecision || kind == Kind::kEnding;
+  if (up_to ? h.count > e.grad_count : h.count != want) {
     return from + kind_name(h.kind) + " carries " + std::to_string(h.count) + " floats, expected " +
            std::to_string(want);
   }

@@ -33,6 +33,8 @@ enum class Kind : std::uint16_t {
   kFinal = 11,     // shard -> eval writer: final theta then EMA of its slice
   kResult = 12,    // eval writer -> rank 0: final test loss/acc of theta and EMA (4 floats)
   kDecision = 13,  // shard 0 -> shards: the workers update `param_version` averages (ids as floats)
+  // On the liveness communicator (comm/liveness.hpp), to the ranks that watch the sender:
+  kEnding = 14,  // the sender ends the job with `code`; payload: ranks it found dead (as floats)
 };
 
 const char* kind_name(std::uint16_t kind);
@@ -47,12 +49,18 @@ inline constexpr int kTagFinal = 16;       // shard -> eval writer (FINAL)
 inline constexpr int kTagResult = 17;      // eval writer -> rank 0 (RESULT)
 inline constexpr int kTagRecords = 18;     // shard -> rank 0: its step records, raw bytes
 inline constexpr int kTagDecision = 19;    // shard 0 -> shards (DECISION)
+inline constexpr int kTagNotice = 22;      // liveness communicator: ENDING, STOP, SAVED
 
 // Bits of MsgHeader::flags.
 inline constexpr std::uint32_t kFlagFinal = 1u;  // PARAMS to the evaluator: training has ended
 // A reply to a worker (PARAMS or STOP): save your state as your part of
 // checkpoint step_seq before computing on these parameters.
 inline constexpr std::uint32_t kFlagCheckpoint = 2u;
+// A HEARTBEAT: the sender was not running (stopped, suspended) for longer
+// than its peers' silence allows; receivers restart their silence timers.
+inline constexpr std::uint32_t kFlagPaused = 4u;
+// STOP: some rank of the job died, so MPI_Finalize would wait for it.
+inline constexpr std::uint32_t kFlagPeerLost = 8u;
 
 struct MsgHeader {
   std::uint32_t magic = kMagic;

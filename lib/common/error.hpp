@@ -89,6 +89,21 @@ class ConfigError : public Error {
 
 namespace syncopt {
 
+// An error of this rank that the ranks which need it have been told about
+// (an ENDING notice, comm/liveness.hpp): they end by themselves, so this
+// rank ends without aborting the job.
+class AnnouncedError : public Error {
+ public:
+  AnnouncedError(ExitCode code, const std::string& m) : Error(code, m) {}
+};
+
+// This rank ends because another rank ended the job and reported why:
+// what() is one line that says so, not a new error.
+class EndedByPeerError : public Error {
+ public:
+  EndedByPeerError(ExitCode code, const std::string& m) : Error(code, m) {}
+};
+
 // An error every rank has agreed on through a collective, so no rank needs
 // to abort the job: the rank where it happened (reporter) prints the cause,
 // the others only exit with the same code.

@@ -189,7 +189,8 @@ struct Config {
 // wrong type, out-of-range value, bad override) is collected; if there is any,
 // one ConfigError (exit 78) carrying all of them is thrown, each naming the
 // key and, for file problems, the file and line. A missing file is also 78:
-// the config is the job's description, not its input data.
+// the config is the job's description, not its input data. A file that says
+// nothing (empty, or comments only) is a UsageError (64) naming it.
 Config load(const std::string& path, const std::vector<std::string>& overrides);
 
 // Parse from TOML text (for tests). `origin` names the source in messages.

@@ -83,7 +83,7 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(model, weight_norm, no_range(), "",
                   "cnn, mlp, logreg: weight normalization in every layer (the resnets use batch "
                   "norm; custom layers set weight_norm per conv / fc)."),
-      SYNCOPT_KEY(model, mlp_hidden, at_least(1), "", "mlp: hidden units."),
+      SYNCOPT_KEY(model, mlp_hidden, int_from(1), "", "mlp: hidden units."),
       SYNCOPT_KEY(model, layers, no_range(), "model.name = custom",
                   "custom: the layers in order, as [[model.layers]] tables (or an inline array "
                   "of tables); each reads the previous layer's output. Types and attributes "
@@ -126,7 +126,7 @@ std::vector<KeySpec> make_key_specs() {
           train, mode, no_range(), "",
           "Training mode: local (one process), sync (N of N+b gradients, backup workers), async, "
           "softsync, ssp (stale synchronous), timeout, allreduce."),
-      SYNCOPT_KEY(train, batch, at_least(1), "", "Examples per worker per step."),
+      SYNCOPT_KEY(train, batch, int_from(1), "", "Examples per worker per step."),
       SYNCOPT_KEY(train, steps, at_least(0), "",
                   "Number of updates; 0 = run train.epochs instead."),
       SYNCOPT_KEY(train, epochs, at_least(0), "> 0 when train.steps = 0",
@@ -138,7 +138,7 @@ std::vector<KeySpec> make_key_specs() {
                   "3 % of the highest (an update of N gradients is worth less than N of one), "
                   "with the lr following N (needs optim.scale_lr_by_n = true); the N of each "
                   "update is in its record."),
-      SYNCOPT_KEY(train, softsync_c, at_least(1), "", "softsync: gradients aggregated per update."),
+      SYNCOPT_KEY(train, softsync_c, int_from(1), "", "softsync: gradients aggregated per update."),
       SYNCOPT_KEY(train, ssp_bound, at_least(0), "",
                   "ssp: Ho et al.'s stale synchronous clock bound: a worker that has pushed more "
                   "than this many gradients beyond the slowest live worker waits. It bounds the "
@@ -174,7 +174,7 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(train, staleness_max, at_least(0), "> train.simulated_staleness if set",
                   "geometric: largest s_t (draws above are clamped); 0 = ceil(4 s)."),
       // [cluster]
-      SYNCOPT_KEY(cluster, ps, at_least(1), "", "Parameter-server shards (one rank each)."),
+      SYNCOPT_KEY(cluster, ps, int_from(1), "", "Parameter-server shards (one rank each)."),
       SYNCOPT_KEY(cluster, evaluator, no_range(), "",
                   "One extra rank evaluates the test set during training."),
       SYNCOPT_KEY(cluster, dead_after_s, above(0), "",
@@ -203,8 +203,8 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(eval, every_steps, at_least(0), "", "Evaluate every N updates; 0 = off."),
       SYNCOPT_KEY(eval, every_s, at_least(0), "",
                   "Evaluate every S seconds of wall time; 0 = off."),
-      SYNCOPT_KEY(eval, batch, at_least(1), "", "Examples per evaluation batch."),
-      SYNCOPT_KEY(eval, bn_batches, at_least(1), "",
+      SYNCOPT_KEY(eval, batch, int_from(1), "", "Examples per evaluation batch."),
+      SYNCOPT_KEY(eval, bn_batches, int_from(1), "",
                   "Models with batch norm: before each evaluation, the statistics of theta and, "
                   "apart, of its EMA are computed on this many training batches of "
                   "train.batch examples, the same seeded ones every time (\"precise BN\", "
@@ -212,7 +212,9 @@ std::vector<KeySpec> make_key_specs() {
       // [compute]
       SYNCOPT_KEY(compute, backend, no_range(), "",
                   "Compute backend (cuda needs a CUDA build and a GPU)."),
-      SYNCOPT_KEY(compute, threads, at_least(1), "", "CPU threads per rank (oneDNN / OpenMP)."),
+      SYNCOPT_KEY(compute, threads, int_from(1), "",
+                  "CPU threads per rank (oneDNN / OpenMP); more than the CPUs this process may "
+                  "use is capped to them, with a warning."),
       // [exchange]
       SYNCOPT_KEY(exchange, pipeline, no_range(), "",
                   "Parameter-server modes: send each bucket of layers' gradients as soon as "
@@ -225,7 +227,7 @@ std::vector<KeySpec> make_key_specs() {
                   "parameters reach this many bytes (PyTorch DDP's bucket_cap, Horovod's fusion "
                   "buffer)."),
       // [sim] (syncopt simulate and plan; training ignores it)
-      SYNCOPT_KEY(sim, workers, at_least(1), "",
+      SYNCOPT_KEY(sim, workers, int_from(1), "",
                   "Simulated workers K (there is no MPI world to count them); N = K - "
                   "train.backups in sync and timeout."),
       SYNCOPT_KEY(sim, compute_ms, above(0), "",

@@ -20,6 +20,10 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 // TOML integers are signed 64-bit.
 inline constexpr std::uint64_t kMaxTomlInt =
     static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+// The largest value of a key that the code narrows to int (a batch, a layer
+// width, a thread count): the range says so, so that 2^32 + 1 is an error
+// and never a batch of 1.
+inline constexpr double kIntMax = std::numeric_limits<int>::max();
 
 enum class KeyType { kString, kInt, kUint, kFloat, kBool, kIntList, kEnum, kCountOrAuto, kLayers };
 
@@ -87,6 +91,8 @@ inline Range above(double lo) { return {lo, true, kInf, false}; }
 inline Range within(double lo, bool lo_open, double hi, bool hi_open) {
   return {lo, lo_open, hi, hi_open};
 }
+// lo .. INT_MAX, for a key read into an int.
+inline Range int_from(double lo) { return {lo, false, kIntMax, false}; }
 
 struct KeySpec {
   std::string_view section;

@@ -347,9 +347,29 @@ class Loader {
   std::map<std::string, std::string> m_origin;  // "section.key" -> "file:line" or "--set ..."
 };
 
+// A config file that says nothing (empty, or comments only): every key
+// would silently take its default.
+bool says_nothing(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  for (std::string line; std::getline(in, line);) {
+    const std::string t = trim(line);
+    if (!t.empty() && t[0] != '#') return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
+  if (says_nothing(path)) {
+    throw UsageError(path +
+                     ": the config file is empty (no key, no include): every key would take its "
+                     "default, which is rarely the experiment meant. Give an experiment file "
+                     "(e.g. configs/smoke.toml, or one that includes it), or check the path");
+  }
   Loader loader;
   loader.read_file(path);
   for (const auto& o : overrides) loader.apply_override(o);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string_view>
 #include <utility>
 
@@ -167,9 +168,11 @@ class LayerReader {
       problem(std::string(key) + ": expected an integer, found " + describe(v));
       return std::nullopt;
     }
-    if (i->get() < lo) {
-      problem(std::string(key) + " = " + std::to_string(i->get()) +
-              ": must be >= " + std::to_string(lo));
+    // Shapes are read into ints by the backends: a larger one is an error here.
+    constexpr std::int64_t kMax = std::numeric_limits<int>::max();
+    if (i->get() < lo || i->get() > kMax) {
+      problem(std::string(key) + " = " + std::to_string(i->get()) + ": must be " +
+              (i->get() < lo ? ">= " + std::to_string(lo) : "<= " + std::to_string(kMax)));
       return std::nullopt;
     }
     return i->get();

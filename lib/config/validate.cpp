@@ -19,13 +19,25 @@ bool in_range(double v, const Range& r) {
   return lo_ok && hi_ok;
 }
 
+// An integer key against its range as the 64-bit value it is: a long double
+// holds every int64 exactly, where a double would round 2^53 + 1.
+bool in_range(std::int64_t v, const Range& r) {
+  const auto x = static_cast<long double>(v);
+  const auto lo = static_cast<long double>(r.lo), hi = static_cast<long double>(r.hi);
+  return (r.lo_open ? x > lo : x >= lo) && (r.hi_open ? x < hi : x <= hi);
+}
+
 }  // namespace
 
 bool has_range(const Range& r) { return r.lo != -kInf || r.hi != kInf; }
 
-// ">= 1", "> 0", "in [0, 1)".
+// ">= 1", "> 0", "in [0, 1)", ">= 1 and <= 2147483647".
 std::string range_text(const Range& r) {
   if (r.hi == kInf) return (r.lo_open ? "> " : ">= ") + format_number(r.lo);
+  // A key read into an int: its lower bound is what matters to a user.
+  if (r.hi == kIntMax && !r.hi_open) {
+    return (r.lo_open ? "> " : ">= ") + format_number(r.lo) + " and <= 2147483647";
+  }
   if (r.lo == -kInf) return (r.hi_open ? "< " : "<= ") + format_number(r.hi);
   return std::string("in ") + (r.lo_open ? "(" : "[") + format_number(r.lo) + ", " +
          format_number(r.hi) + (r.hi_open ? ")" : "]");
@@ -49,13 +61,13 @@ void check_each_key(const Config& cfg,
         break;
       }
       case KeyType::kInt:
-        if (!in_range(static_cast<double>(field_of<std::int64_t>(spec, cfg)), spec.range)) {
+        if (!in_range(field_of<std::int64_t>(spec, cfg), spec.range)) {
           add(spec, "must be " + range_text(spec.range));
         }
         break;
       case KeyType::kCountOrAuto:
         if (const auto& v = field_of<CountOrAuto>(spec, cfg);
-            !is_auto(v) && !in_range(static_cast<double>(std::get<std::int64_t>(v)), spec.range)) {
+            !is_auto(v) && !in_range(std::get<std::int64_t>(v), spec.range)) {
           add(spec, "must be \"auto\" or " + range_text(spec.range));
         }
         break;
@@ -67,7 +79,7 @@ void check_each_key(const Config& cfg,
       case KeyType::kIntList: {
         const auto& values = field_of<std::vector<std::int64_t>>(spec, cfg);
         for (std::size_t i = 0; i < values.size(); ++i) {
-          if (!in_range(static_cast<double>(values[i]), spec.range)) {
+          if (!in_range(values[i], spec.range)) {
             add(spec, "element " + std::to_string(i) + " must be " + range_text(spec.range));
           }
           if (std::find(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(i),

@@ -33,6 +33,13 @@ void BatchLoader::next() {
   }
 }
 
+void BatchLoader::skip(std::uint64_t batches) {
+  const std::uint64_t images = batches * static_cast<std::uint64_t>(m_batch);
+  m_sampler.skip(images);
+  // augment_image draws theta and scale for every image, whatever the options.
+  if (m_augment) m_rng.discard(2 * images);
+}
+
 checkpoint::State BatchLoader::state() const {
   checkpoint::State s;
   s.put_child("sampler", m_sampler.state());

@@ -23,6 +23,12 @@ class BatchLoader {
   // The example indices of the current batch [batch].
   const std::vector<std::int64_t>& indices() const { return m_indices; }
   int batch() const { return m_batch; }
+  // Moves on as `batches` calls of next() would, without assembling them:
+  // the sampler's position, and two augmentation draws per image (every
+  // image draws exactly two). Afterwards state() is what it would be. Lets a
+  // rank write the part of a peer whose position is known, as allreduce's
+  // rank 0 does for a rank that died (every rank takes one batch a step).
+  void skip(std::uint64_t batches);
 
   // The sampler's state (child "sampler") and the augmentation RNG's
   // ("rng", std::mt19937_64's standard text form, the same on every

@@ -98,6 +98,8 @@ class EpochSampler {
   // Fill `indices` with the next `batch` example indices, starting the next
   // epoch (new permutation) when the current one is exhausted.
   void next_batch(std::int64_t batch, std::vector<std::int64_t>& indices);
+  // Moves on by `examples` without listing them (as next_batch would).
+  void skip(std::uint64_t examples);
   std::int64_t epoch() const { return m_epoch; }
 
   // The epoch and the position in it; the permutation is recomputed from

@@ -2,6 +2,7 @@
 // same on every rank and every run (Fisher-Yates on mt19937_64 with our own
 // unbiased bounded draw; std::shuffle's algorithm is implementation-defined),
 // and its checkpoint state.
+#include <algorithm>
 #include <numeric>
 #include <string>
 
@@ -66,6 +67,19 @@ void EpochSampler::next_batch(std::int64_t batch, std::vector<std::int64_t>& ind
       reshuffle();
     }
     indices.push_back(m_perm[m_pos++]);
+  }
+}
+
+void EpochSampler::skip(std::uint64_t examples) {
+  while (examples > 0) {
+    // As next_batch: a new epoch starts when an example is wanted past the end.
+    if (m_pos == m_perm.size()) {
+      ++m_epoch;
+      reshuffle();
+    }
+    const auto step = std::min<std::uint64_t>(examples, m_perm.size() - m_pos);
+    m_pos += static_cast<std::size_t>(step);
+    examples -= step;
   }
 }
 

@@ -46,6 +46,7 @@ Shard::Shard(const ShardSetup& st)
       m_flag(static_cast<std::size_t>(m_workers), 0),
       m_last_seq(static_cast<std::size_t>(m_workers), 0),
       m_eval_done(!m_has_eval),
+      m_reported_by(st.shard),
       m_checkpoints(st.cfg->run, *st.roles, st.clock->now()),
       m_rng(st.cfg->run.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(st.shard)) {
   std::vector<int> peers;
@@ -69,9 +70,13 @@ Shard::Shard(const ShardSetup& st)
       m_shard_slot[0] = m_recvs.add(0, comm::kTagCommand, st.ctrl_comm, 0);
     }
   }
-  const double now = st.clock->now();
-  m_watch = std::make_unique<comm::Watch>(st.live_comm, m_self, peers, peers,
-                                          m_cfg.cluster.dead_after_s, now);
+  if (st.watch != nullptr) {
+    m_watch = st.watch;
+  } else {
+    m_own_watch = std::make_unique<comm::Watch>(st.live_comm, m_self, peers, peers,
+                                                m_cfg.cluster.dead_after_s, st.clock->now());
+    m_watch = m_own_watch.get();
+  }
   const bool virtual_clock = m_cfg.train.clock == config::Clock::kVirtual;
   if (virtual_clock) m_core.use_virtual_clock(m_cfg.sim.apply_ms / 1000.0);
   if (m_agree && m_self == 0) m_core.lead();
@@ -126,6 +131,8 @@ ShardResult Shard::run() {
   result.detail = m_detail;
   result.lost_workers = m_roster.lost();
   result.dead_ranks = m_dead_ranks;
+  result.ended_ranks = m_ended_ranks;
+  result.reported_by = m_reported_by;
   result.ema.assign(m_params.average(), m_params.average() + m_count);
   result.theta = m_params.theta_vector();
   if (m_after_end > 0) {
@@ -394,6 +401,7 @@ bool Shard::answer_pulls() {
       if (!m_stop) {
         auto h = comm::make_header(Kind::kStop, m_self, m_self, m_core.version());
         h.code = static_cast<std::uint32_t>(m_code);
+        if (!m_dead_ranks.empty()) h.flags |= comm::kFlagPeerLost;
         if (m_checkpoints.saving_final()) {
           h.flags |= comm::kFlagCheckpoint;
           h.step_seq = m_checkpoints.step();
@@ -438,17 +446,19 @@ void Shard::notify_evaluator() {
   if (!m_watch->alive(m_roles.evaluator_rank)) return;
   auto h = comm::make_header(Kind::kStop, m_self, m_self, m_core.version());
   h.code = static_cast<std::uint32_t>(m_code);
+  if (!m_dead_ranks.empty()) h.flags |= comm::kFlagPeerLost;
   m_ctrl_sends.send(comm::make_message(0, h), m_roles.evaluator_rank, comm::kTagEvalNotice);
   m_eval_notified = true;
 }
 
 // Training ends here: completed, stopped by a signal, or failed. The first
 // reason is the one recorded.
-void Shard::finish(ExitCode code, const std::string& detail) {
+void Shard::finish(ExitCode code, const std::string& detail, int reporter) {
   if (m_finished) return;
   m_finished = true;
   m_code = code;
   m_detail = detail;
+  m_reported_by = reporter >= 0 ? reporter : m_self;
   m_stop.reset();
   if (code != ExitCode::kOk && code != ExitCode::kPreempted) spdlog::error("{}", detail);
   if (m_has_eval) notify_evaluator();
@@ -482,7 +492,11 @@ void Shard::protocol_error(const std::string& what) const {
 
 void Shard::check_liveness() {
   const double now = m_st.clock->now();
-  for (const int rank : m_watch->poll(now)) {
+  const auto dead = m_watch->poll(now);
+  for (const auto& n : m_watch->notices()) {
+    if (n.kind == Kind::kEnding) on_ending(n);
+  }
+  for (const int rank : dead) {
     m_dead_ranks.push_back(rank);
     if (rank >= m_roles.first_worker) {
       lose_worker(m_roles.worker_of(rank), now);
@@ -510,6 +524,55 @@ void Shard::check_liveness() {
            who + " is dead (silent for " +
                std::to_string(static_cast<int>(now - m_watch->last_heard(rank))) +
                "s): the run cannot go on without it");
+  }
+}
+
+// A peer ended the job, or its part in it, and said why (an error of its
+// own, or a rank it cannot go on without): it is gone, but not lost.
+void Shard::on_ending(const comm::Notice& n) {
+  const int from = n.from;
+  const auto code = static_cast<ExitCode>(n.code);
+  std::string dead;
+  for (const int r : n.ranks) dead += (dead.empty() ? "" : ", ") + rank_name(r);
+  const std::string why = dead.empty() ? "an error of its own" : "it found " + dead + " silent";
+  if (from == 0 && m_self != 0) {
+    throw EndedByPeerError(code, "ends with exit " + std::to_string(n.code) + ": shard 0 (" +
+                                     rank_name(0) + ") ended the run; see its message");
+  }
+  std::string who;
+  if (from >= m_roles.first_worker) {
+    const int w = m_roles.worker_of(from);
+    who = "worker " + std::to_string(w) + " (" + rank_name(from) + ")";
+    if (m_roster.active(w)) m_roster.done(w);
+    m_pending[static_cast<std::size_t>(w)].waiting = false;
+    m_flag[static_cast<std::size_t>(w)] = 0;
+    m_core.retire(w);
+    m_recvs.cancel(w);
+    m_data_sends.cancel_to(from);
+  } else if (from == m_roles.evaluator_rank) {
+    who = "the evaluator (" + rank_name(from) + ")";
+    m_eval_done = true;
+    m_eval_waiting = false;
+    m_recvs.cancel(m_eval_slot);
+    m_ctrl_sends.cancel_to(from);
+  } else {
+    who = "shard " + std::to_string(from) + " (" + rank_name(from) + ")";
+    const int slot = m_shard_slot[static_cast<std::size_t>(from)];
+    if (slot >= 0) m_recvs.cancel(slot);
+    m_ctrl_sends.cancel_to(from);
+    m_checkpoints.abandon();  // a checkpoint without a shard's part is no checkpoint
+    m_checkpoints.set_final_saved();
+  }
+  m_watch->retire(from);
+  m_checkpoints.forget(from);
+  m_ended_ranks.push_back(from);
+  if (!m_finished) {
+    finish(code,
+           who + " ended with exit " + std::to_string(n.code) + " (" + why +
+               "); the run cannot go on; see its message",
+           from);
+  } else if (m_self == 0) {
+    spdlog::info("{} ended with exit {} after training had ended ({})", who, n.code, why);
   }
 }
 

@@ -55,7 +55,10 @@ struct ShardSetup {
   const float* initial = nullptr;  // the slice's initial parameters
   MPI_Comm data_comm = MPI_COMM_NULL;
   MPI_Comm ctrl_comm = MPI_COMM_NULL;
-  MPI_Comm live_comm = MPI_COMM_NULL;     // heartbeats alone
+  MPI_Comm live_comm = MPI_COMM_NULL;  // heartbeats alone
+  // The rank's liveness (comm/liveness.hpp), owned by the job so that it
+  // outlives the loop; null: the shard watches on its own (tests).
+  comm::Watch* watch = nullptr;
   const RunClock* clock = nullptr;        // run-relative seconds
   metrics::StepLog* steps_log = nullptr;  // where this shard's step records go
   // Shard 0 without an evaluator rank: eval.jsonl, whose length a checkpoint records.
@@ -80,7 +83,9 @@ struct ShardResult {
   ExitCode code = ExitCode::kOk;  // its RunStatus: status_of(code)
   std::string detail;             // "SIGUSR1 at step 40", or why it failed
   nlohmann::json lost_workers = nlohmann::json::array();
-  std::vector<int> dead_ranks;  // every rank this shard found dead
+  std::vector<int> dead_ranks;   // every rank this shard found dead
+  std::vector<int> ended_ranks;  // ranks that ended on an error of theirs (ENDING)
+  int reported_by = 0;           // the rank whose finding ended training (this shard's own: itself)
 };
 
 class Shard {
@@ -114,7 +119,9 @@ class Shard {
   void notify_evaluator();
   void check_liveness();
   void lose_worker(int w, double now);
-  void finish(ExitCode code, const std::string& detail);
+  void on_ending(const comm::Notice& n);
+  // Training ends here; `reporter`: the rank whose finding it is (-1: this one).
+  void finish(ExitCode code, const std::string& detail, int reporter = -1);
   bool keep_running() const;
   void drain();
   const comm::SharedMessage& publish();
@@ -160,7 +167,8 @@ class Shard {
   std::vector<comm::SharedMessage> m_snapshots;  // published versions, reused once free
   comm::SharedMessage m_current;                 // snapshot of the current version, if any
   comm::SharedMessage m_stop;                    // STOP, built once at the end
-  std::unique_ptr<comm::Watch> m_watch;
+  std::unique_ptr<comm::Watch> m_own_watch;
+  comm::Watch* m_watch = nullptr;
 
   std::vector<Pending> m_pending;         // a worker's request waiting for an answer
   WorkerRoster m_roster;                  // done, lost and live workers
@@ -174,13 +182,14 @@ class Shard {
   bool m_finished = false;
   ExitCode m_code = ExitCode::kOk;
   std::string m_detail;
+  int m_reported_by;
   int m_stop_signal = 0;
   std::uint64_t m_examples = 0;
   std::int64_t m_after_end = 0;
   // Checkpoints (shard 0); the others use its final_saved(): my part of
   // the last checkpoint is written.
   CheckpointPlan m_checkpoints;
-  std::vector<int> m_dead_ranks;
+  std::vector<int> m_dead_ranks, m_ended_ranks;
   std::mt19937_64 m_rng;  // the order of receives that completed together
   comm::IdleBackoff m_backoff;
 };

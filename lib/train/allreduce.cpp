@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/parts.hpp"
+#include "comm/collective.hpp"
 #include "comm/mpi.hpp"
 #include "comm/poll.hpp"
+#include "comm/protocol.hpp"
 #include "common/error.hpp"
 #include "common/signals.hpp"
 #include "data/batch.hpp"
@@ -30,17 +33,39 @@ struct Report {
 };
 constexpr int kReportDoubles = 5;
 
+// The buffers of the per-step exchange. A nonblocking collective that is
+// given up (a rank died) may still use them, so they are then kept for the
+// rest of the process (comm/collective.hpp).
+struct Exchange {
+  Report mine;
+  std::vector<Report> all;
+};
+
+// Rank 0: `ranks` died or ended with an error (`code`, from `from`, or 0
+// when they were found silent).
+struct RanksLost {
+  std::vector<int> ranks;
+  ExitCode code = ExitCode::kUnavailable;
+  bool silent = true;
+};
+
 class AllreduceTrainer {
  public:
   explicit AllreduceTrainer(const AllreduceSetup& st);
+  ~AllreduceTrainer();
   AllreduceResult run();
 
  private:
   void resume();
   bool step(std::uint64_t k);  // false: diverged
-  void exchange(const Report& mine);
+  void exchange();
+  void wait(MPI_Request& req);
+  void check_peers();
   void record(std::uint64_t k, double t_start, float lr);
   void save_checkpoint(std::uint64_t k);
+  void save_alone(std::uint64_t k);
+  void end_without(const RanksLost& lost, AllreduceResult& out);
+  std::string rank_name(int rank) const;
 
   const AllreduceSetup& m_st;
   const config::Config& m_cfg;
@@ -51,7 +76,7 @@ class AllreduceTrainer {
   EvalTimer m_timer;
   std::uint64_t m_step = 0, m_examples = 0;
   double m_last_checkpoint_s = 0.0;
-  std::vector<Report> m_all;
+  std::unique_ptr<Exchange> m_x;
   std::vector<float> m_theta, m_ema;  // rank 0: host copies for evaluation
   std::string m_diverged;
 };
@@ -65,35 +90,52 @@ AllreduceTrainer::AllreduceTrainer(const AllreduceSetup& st)
                st.cfg->data.augment, augment_options(*st.cfg)),
       m_sched(optim::schedule_options(st.cfg->optim, st.plan->total_epochs)),
       m_timer(st.cfg->eval),
-      m_all(static_cast<std::size_t>(m_workers)) {
+      m_x(std::make_unique<Exchange>()) {
   static_assert(sizeof(Report) == kReportDoubles * sizeof(double));
+  m_x->all.resize(static_cast<std::size_t>(m_workers));
+  if (m_st.watch != nullptr) {
+    m_st.reducer->set_wait_hook([this] { check_peers(); }, m_cfg.cluster.dead_after_s + 1.0);
+  }
+}
+
+AllreduceTrainer::~AllreduceTrainer() {
+  // A reduction given up leaves its hook pointing here: not called again,
+  // but not left dangling either.
+  if (m_st.watch != nullptr) m_st.reducer->set_wait_hook(nullptr, 0.0);
 }
 
 AllreduceResult AllreduceTrainer::run() {
   if (m_cfg.run.resume) resume();
   AllreduceResult out;
-  for (std::uint64_t k = m_step + 1; k <= m_st.plan->total_steps; ++k) {
-    if (!step(k)) {
-      out.diverged = m_diverged;
-      break;
+  try {
+    for (std::uint64_t k = m_step + 1; k <= m_st.plan->total_steps; ++k) {
+      if (!step(k)) {
+        out.diverged = m_diverged;
+        break;
+      }
+      const auto& all = m_x->all;
+      const auto stop =
+          std::max_element(all.begin(), all.end(), [](const Report& a, const Report& b) {
+            return a.stop_signal < b.stop_signal;
+          })->stop_signal;
+      const bool last = k == m_st.plan->total_steps;
+      if (stop != 0.0 && !last) {
+        out.stop_signal = static_cast<int>(stop);
+        save_checkpoint(k);
+        break;
+      }
+      const bool by_steps = m_cfg.run.checkpoint_every_steps > 0 &&
+                            k % static_cast<std::uint64_t>(m_cfg.run.checkpoint_every_steps) == 0;
+      if (!last && (by_steps || all[0].checkpoint_due != 0.0)) save_checkpoint(k);
     }
-    const auto stop =
-        std::max_element(m_all.begin(), m_all.end(), [](const Report& a, const Report& b) {
-          return a.stop_signal < b.stop_signal;
-        })->stop_signal;
-    const bool last = k == m_st.plan->total_steps;
-    if (stop != 0.0 && !last) {
-      out.stop_signal = static_cast<int>(stop);
-      save_checkpoint(k);
-      break;
+    if (out.stop_signal == 0 && out.diverged.empty() && m_step == m_st.plan->total_steps &&
+        checkpoint::latest_step(m_st.run_dir) != m_step) {
+      save_checkpoint(m_step);
     }
-    const bool by_steps = m_cfg.run.checkpoint_every_steps > 0 &&
-                          k % static_cast<std::uint64_t>(m_cfg.run.checkpoint_every_steps) == 0;
-    if (!last && (by_steps || m_all[0].checkpoint_due != 0.0)) save_checkpoint(k);
-  }
-  if (out.stop_signal == 0 && out.diverged.empty() && m_step == m_st.plan->total_steps &&
-      checkpoint::latest_step(m_st.run_dir) != m_step) {
-    save_checkpoint(m_step);
+  } catch (const RanksLost& lost) {
+    // Only rank 0 throws this: the others end when rank 0 tells them, or
+    // when rank 0 is silent (UnavailableError).
+    end_without(lost, out);
   }
   out.steps = m_step;
   out.examples = m_examples;
@@ -106,11 +148,15 @@ AllreduceResult AllreduceTrainer::run() {
   return out;
 }
 
+// A step: compute, average the gradients, tell each other how it went, and
+// only then apply, so that a rank lost at any point of a step leaves every
+// live rank's parameters at the same, last completed step.
 bool AllreduceTrainer::step(std::uint64_t k) {
   const RunClock& clock = *m_st.clock;
   const double t_start = clock.now();
   m_loader.next();
-  Report mine;
+  Report& mine = m_x->mine;
+  mine = Report{};
   mine.loss = m_st.replica->compute_gradient(m_loader.images(), m_loader.labels(), m_batch);
   mine.compute_s = clock.now() - t_start;
   comm::sleep_s(m_st.stragglers->delay_s(m_st.rank, k - 1, mine.compute_s));
@@ -128,22 +174,120 @@ bool AllreduceTrainer::step(std::uint64_t k) {
     if (m_st.rank == 0) spdlog::error("{}", m_diverged);
     return false;
   }
-  m_st.replica->apply(lr);
-  m_examples += static_cast<std::uint64_t>(m_st.plan->examples_per_update);
-  m_step = k;
   mine.stop_signal = stop_signal();
   mine.checkpoint_due = m_st.rank == 0 && m_cfg.run.checkpoint_every_s > 0.0 &&
                                 clock.now() - m_last_checkpoint_s >= m_cfg.run.checkpoint_every_s
                             ? 1.0
                             : 0.0;
-  exchange(mine);
+  exchange();
+  m_st.replica->apply(lr);
+  m_examples += static_cast<std::uint64_t>(m_st.plan->examples_per_update);
+  m_step = k;
   if (m_st.rank == 0) record(k, t_start, lr);
   return true;
 }
 
-void AllreduceTrainer::exchange(const Report& mine) {
-  SYNCOPT_CHECK_MPI(MPI_Allgather(&mine, kReportDoubles, MPI_DOUBLE, m_all.data(), kReportDoubles,
-                                  MPI_DOUBLE, m_st.comm));
+void AllreduceTrainer::exchange() {
+  if (m_st.watch == nullptr) {
+    SYNCOPT_CHECK_MPI(MPI_Allgather(&m_x->mine, kReportDoubles, MPI_DOUBLE, m_x->all.data(),
+                                    kReportDoubles, MPI_DOUBLE, m_st.comm));
+    return;
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  SYNCOPT_CHECK_MPI(MPI_Iallgather(&m_x->mine, kReportDoubles, MPI_DOUBLE, m_x->all.data(),
+                                   kReportDoubles, MPI_DOUBLE, m_st.comm, &req));
+  wait(req);
+}
+
+void AllreduceTrainer::wait(MPI_Request& req) {
+  try {
+    comm::wait_collective(
+        req, [this] { check_peers(); }, m_cfg.cluster.dead_after_s + 1.0);
+  } catch (...) {
+    (void)m_x.release();  // NOLINT: deliberate leak, MPI may still use it
+    m_x = std::make_unique<Exchange>();
+    m_x->all.resize(static_cast<std::size_t>(m_workers));
+    throw;
+  }
+}
+
+// While a collective waits: a rank found dead, or one that ended the run
+// and said so. Rank 0 gives up the step (RanksLost); another rank ends at
+// once when rank 0 is gone or tells it to.
+void AllreduceTrainer::check_peers() {
+  const double now = m_st.clock->now();
+  const auto dead = m_st.watch->poll(now);
+  for (const auto& n : m_st.watch->notices()) {
+    if (n.kind != comm::Kind::kEnding) continue;
+    if (m_st.rank != 0) {
+      throw EndedByPeerError(static_cast<ExitCode>(n.code),
+                             "ends with exit " + std::to_string(n.code) + ": " + rank_name(0) +
+                                 " ended the run; see its message");
+    }
+    throw RanksLost{{n.from}, static_cast<ExitCode>(n.code), false};
+  }
+  if (dead.empty()) return;
+  if (m_st.rank != 0) {
+    throw UnavailableError("rank " + std::to_string(m_st.rank) + ": " + rank_name(0) +
+                           " has been silent for " +
+                           std::to_string(static_cast<int>(now - m_st.watch->last_heard(0))) +
+                           "s (cluster.dead_after_s): allreduce cannot go on without it");
+  }
+  throw RanksLost{dead, ExitCode::kUnavailable, true};
+}
+
+std::string AllreduceTrainer::rank_name(int rank) const {
+  return m_st.peers != nullptr ? comm::describe_rank(*m_st.peers, rank)
+                               : "rank " + std::to_string(rank);
+}
+
+// Rank 0, a rank lost: the others are told to end, the last step every rank
+// applied is saved, and the run ends with the rank's code (69: silent).
+void AllreduceTrainer::end_without(const RanksLost& lost, AllreduceResult& out) {
+  const double now = m_st.clock->now();
+  std::string names;
+  for (const int r : lost.ranks) names += (names.empty() ? "" : ", ") + rank_name(r);
+  for (const int r : m_st.watch->peers()) {
+    if (std::find(lost.ranks.begin(), lost.ranks.end(), r) != lost.ranks.end()) continue;
+    if (m_st.watch->alive(r))
+      m_st.watch->notify(r, comm::Kind::kEnding, static_cast<std::uint32_t>(lost.code), m_step,
+                         lost.ranks);
+  }
+  std::string saved = "no checkpoint could be saved";
+  try {
+    save_alone(m_step);
+    saved = "a checkpoint of step " + std::to_string(m_step) + " is saved";
+  } catch (const Error& e) {
+    spdlog::error("the checkpoint of step {} could not be saved: {}", m_step, e.what());
+  }
+  out.lost = lost.ranks;
+  out.failed_code = lost.code;
+  out.reported_by = lost.silent ? 0 : lost.ranks.front();
+  if (lost.silent) {
+    const double silent = now - m_st.watch->last_heard(lost.ranks.front());
+    out.failed = names + " has been silent for " + std::to_string(static_cast<int>(silent)) +
+                 "s (cluster.dead_after_s = " + std::to_string(m_cfg.cluster.dead_after_s) +
+                 "): allreduce cannot go on without it at step " + std::to_string(m_step + 1) +
+                 "; " + saved + ": resume with every rank and --set run.resume=true";
+  } else {
+    out.failed = names + " ended the run with exit " + std::to_string(static_cast<int>(lost.code)) +
+                 " at step " + std::to_string(m_step + 1) + " (see its message); " + saved;
+  }
+  for (const int r : lost.ranks) {
+    const auto& peer = (*m_st.peers)[static_cast<std::size_t>(r)];
+    out.lost_workers.push_back(
+        {{"worker", r},
+         {"rank", r},
+         {"host", peer.host},
+         {"pid", peer.pid},
+         {"step", m_step},
+         {"reason",
+          lost.silent ? "silent for " +
+                            std::to_string(static_cast<int>(now - m_st.watch->last_heard(r))) + "s"
+                      : "ended with exit " + std::to_string(static_cast<int>(lost.code))}});
+  }
+  spdlog::error("{}", out.failed);
+  if (!m_st.watch->flush(1.0)) spdlog::warn("some ranks did not take the notice to end");
 }
 
 // Rank 0 records when each rank's gradient was ready, shows progress, and
@@ -158,7 +302,7 @@ void AllreduceTrainer::record(std::uint64_t k, double t_start, float lr) {
   rec.used = m_workers;
   double loss_sum = 0.0;
   for (int w = 0; w < m_workers; ++w) {
-    const Report& r = m_all[static_cast<std::size_t>(w)];
+    const Report& r = m_x->all[static_cast<std::size_t>(w)];
     rec.grads.push_back(
         {w, r.ready_s, k - 1, true, 0, r.compute_s, static_cast<float>(r.loss), k - 1});
     loss_sum += r.loss;
@@ -181,6 +325,24 @@ void AllreduceTrainer::record(std::uint64_t k, double t_start, float lr) {
   }
 }
 
+// Rank 0's part of checkpoint k: the replica (the same on every rank), the
+// position in the run and where the records end.
+checkpoint::State run_part(std::uint64_t k, std::uint64_t examples, double wall_s,
+                           double eval_timer_s, const replica::Replica& replica,
+                           metrics::StepLog& steps, metrics::JsonlWriter& eval_file) {
+  steps.flush();
+  eval_file.flush();
+  checkpoint::State s;
+  s.put("step", k);
+  s.put("examples", examples);
+  s.put("wall_s", wall_s);
+  s.put("eval_timer_s", eval_timer_s);
+  s.put_child("replica", replica.state());
+  s.put("steps_bytes", steps.bytes());
+  s.put("eval_bytes", eval_file.bytes());
+  return s;
+}
+
 // Every rank writes its loader's part; rank 0 also the replica (the same on
 // every rank) and where the records end, then commits once all are written.
 void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
@@ -189,19 +351,17 @@ void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
   mine.put_child("loader", m_loader.state());
   checkpoint::write_part(m_st.run_dir, k, checkpoint::rank_part(m_st.rank), mine);
   if (m_st.rank == 0) {
-    m_st.steps_log->flush();
-    m_st.eval_file->flush();
-    checkpoint::State s;
-    s.put("step", k);
-    s.put("examples", m_examples);
-    s.put("wall_s", t0);
-    s.put("eval_timer_s", m_timer.last());
-    s.put_child("replica", m_st.replica->state());
-    s.put("steps_bytes", m_st.steps_log->bytes());
-    s.put("eval_bytes", m_st.eval_file->bytes());
-    checkpoint::write_part(m_st.run_dir, k, checkpoint::kRunPart, s);
+    checkpoint::write_part(m_st.run_dir, k, checkpoint::kRunPart,
+                           run_part(k, m_examples, t0, m_timer.last(), *m_st.replica,
+                                    *m_st.steps_log, *m_st.eval_file));
   }
-  SYNCOPT_CHECK_MPI(MPI_Barrier(m_st.comm));
+  if (m_st.watch == nullptr) {
+    SYNCOPT_CHECK_MPI(MPI_Barrier(m_st.comm));
+  } else {
+    MPI_Request req = MPI_REQUEST_NULL;
+    SYNCOPT_CHECK_MPI(MPI_Ibarrier(m_st.comm, &req));
+    wait(req);
+  }
   if (m_st.rank == 0) {
     std::vector<std::string> parts{checkpoint::kRunPart};
     for (int r = 0; r < m_workers; ++r) parts.push_back(checkpoint::rank_part(r));
@@ -210,6 +370,27 @@ void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
   }
   m_last_checkpoint_s = m_st.clock->now();
   spdlog::debug("checkpoint at step {} in {:.3f}s", k, m_last_checkpoint_s - t0);
+}
+
+// Rank 0 alone, when a rank is lost: checkpoint k with every rank's part.
+// Every rank has taken exactly k batches by step k, so each one's loader
+// position is a fresh loader moved on by k batches (BatchLoader::skip),
+// the same state the rank itself would have saved.
+void AllreduceTrainer::save_alone(std::uint64_t k) {
+  if (k == 0 || checkpoint::latest_step(m_st.run_dir) == k) return;
+  checkpoint::CheckpointWriter w(m_st.run_dir, k);
+  w.add(checkpoint::kRunPart, run_part(k, m_examples, m_st.clock->now(), m_timer.last(),
+                                       *m_st.replica, *m_st.steps_log, *m_st.eval_file));
+  for (int r = 0; r < m_workers; ++r) {
+    data::BatchLoader loader(*m_st.train, m_batch, m_cfg.run.seed, r, m_workers, m_cfg.data.augment,
+                             augment_options(m_cfg));
+    loader.skip(k);
+    checkpoint::State part;
+    part.put_child("loader", loader.state());
+    w.add(checkpoint::rank_part(r), part);
+  }
+  w.commit();
+  checkpoint::prune(m_st.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
 }
 
 void AllreduceTrainer::resume() {
@@ -223,6 +404,7 @@ void AllreduceTrainer::resume() {
   m_loader.restore(ck.part(checkpoint::rank_part(m_st.rank)).child("loader"));
   m_st.clock->restart(s.get<double>("wall_s"));
   m_last_checkpoint_s = s.get<double>("wall_s");
+  if (m_st.watch != nullptr) m_st.watch->restart_timers(m_st.clock->now());
 }
 
 }  // namespace

@@ -3,8 +3,13 @@
 //   2. compute  workers and the evaluating rank build their network
 //   3. outputs  rank 0 opens the run directory; the eval writer its log
 //   4. resume   every rank reads its part of the latest checkpoint (if resuming)
-//   5. roles    from a common start, each rank runs its role's loop
+//   5. roles    from a common start, each rank runs its role's loop, watched
+//               by its peers and watching them (one comm::Watch per rank)
 //   6. end      point to point, bounded: final parameters, evaluation, records, summary
+// A failure at any point ends the job with its outcome recorded
+// (train/ending.hpp): rank 0 records it; when rank 0 itself is silent,
+// another rank does; a rank's own error is announced to the ranks that
+// watch it, so that they end at once with its exit code.
 #include "train/distributed.hpp"
 
 #include <spdlog/spdlog.h>
@@ -32,6 +37,7 @@
 #include "optim/optimizer.hpp"
 #include "ps/shard.hpp"
 #include "train/allreduce.hpp"
+#include "train/ending.hpp"
 #include "train/evaluation.hpp"
 #include "train/evaluator.hpp"
 #include "train/inputs.hpp"
@@ -52,7 +58,10 @@ struct Job {
   const config::Config& cfg;
   const Compute& compute;
   const Invocation& inv;
-  RunJournal journal;  // rank 0: run.json
+  std::string launch_id;            // rank 0's, the same on every rank
+  std::optional<OpenedRun> opened;  // rank 0: the run directory, locked
+  RunJournal journal;               // rank 0: run.json
+  bool training = false;            // the role loops have started
   int rank = 0, world = 1;
   // One duplicate per concern: gradients and parameters, control, heartbeats.
   comm::Communicator data_comm, ctrl_comm, live_comm;
@@ -75,6 +84,7 @@ struct Job {
   std::unique_ptr<EvalLog> eval;
   std::optional<checkpoint::Checkpoint> resumed;  // this rank's part (and shard 0's)
   RunClock clock;
+  std::unique_ptr<comm::Watch> watch;  // from the roles' start to the end
 
   bool ps_mode() const { return roles.shards > 0; }
   MPI_Comm ctrl() const { return ctrl_comm.get(); }
@@ -108,6 +118,8 @@ struct RoleOutcome {
   Outcome outcome;
   nlohmann::json lost_workers = nlohmann::json::array();
   std::vector<int> dead_ranks;
+  std::vector<int> ended_ranks;  // ended on an error of their own: nothing more comes from them
+  bool peer_lost = false;        // told that some rank died (MPI_Finalize would wait for it)
 };
 
 // 1. Every rank loads the data (workers train on it, the evaluator tests on
@@ -171,9 +183,18 @@ void open_outputs(Job& job) {
   job.run_dir = std::filesystem::path(cfg.run.dir) / cfg.run.name;
   comm::agree(job.ctrl(), [&] {
     if (job.rank != 0) return;
-    open_run_dir(cfg);
+    job.opened = open_run_dir(cfg, this_process(job.launch_id));
+    Invocation inv = job.inv;
+    inv.launch_id = job.launch_id;
     job.journal =
-        RunJournal(job.run_dir, cfg.run.name, job.inv, {job.peers, job.roles}, cfg.run.resume);
+        RunJournal(job.run_dir, cfg.run.name, inv, {job.peers, job.roles}, cfg.run.resume);
+    if (cfg.run.resume) {
+      const auto changed = check_resume(cfg, job.run_dir, job.world, job.launch_id);
+      if (!changed.empty()) {
+        job.journal.note("changed", changed);
+        for (const auto& c : changed) spdlog::info("resumed with {}", c);
+      }
+    }
   });
   comm::agree(job.ctrl(), [&] {
     if (!cfg.run.resume) return;
@@ -190,6 +211,14 @@ void open_outputs(Job& job) {
       if (std::find(parts.begin(), parts.end(), e.part) != parts.end()) present.push_back(e.part);
     }
     job.resumed = checkpoint::load_latest(job.run_dir, present);
+    if (job.resumed->step > job.plan.total_steps) {
+      throw ConfigError("the run reached step " + std::to_string(job.resumed->step) +
+                        " (its latest checkpoint), past this launch's " +
+                        std::to_string(job.plan.total_steps) +
+                        " steps: to extend it, raise train.steps (or train.epochs)");
+    }
+    // The run goes on: config.toml describes it as it is now (its place, its length).
+    if (job.rank == 0) rewrite_config(cfg, job.run_dir);
   });
   comm::agree(job.ctrl(), [&] {
     // TensorBoard (tb/, see run_board.hpp): rank 0 writes the step records
@@ -241,6 +270,45 @@ void open_outputs(Job& job) {
   }
 }
 
+// A shard whose loop is over (every worker and the evaluator said goodbye
+// or was found dead) tells them so, and whom it found dead (STOP notice).
+void release_watchers(Job& job, const ps::ShardResult& r) {
+  for (const int rank : job.watch->beat_to()) {
+    if (rank < job.roles.shards || !job.watch->alive(rank)) continue;
+    job.watch->notify(rank, Kind::kStop, static_cast<std::uint32_t>(r.code), 0, r.dead_ranks);
+  }
+  (void)job.watch->flush(1.0);
+}
+
+// A worker or the evaluator, its part done, waits until every shard's part
+// is over too (its STOP notice) or the shard is found dead: only then does it
+// know whether some rank of the job died, which MPI_Finalize would wait for
+// (it then skips it). Returns whether one did, or it cannot tell.
+bool wait_for_release(Job& job) {
+  std::vector<int> waiting;
+  for (int s = 0; s < job.roles.shards; ++s) {
+    if (job.watch->alive(s)) waiting.push_back(s);
+  }
+  bool lost = false;
+  const RunClock waited;
+  comm::IdleBackoff backoff;
+  const auto done = [&](int rank) { std::erase(waiting, rank); };
+  while (!waiting.empty()) {
+    for (const int r : job.watch->poll(job.clock.now())) {
+      lost = true;
+      done(r);
+    }
+    for (const auto& n : job.watch->notices()) {
+      if (n.kind != Kind::kStop && n.kind != Kind::kEnding) continue;
+      lost = lost || n.kind == Kind::kEnding || !n.ranks.empty();
+      done(n.from);
+    }
+    if (waited.now() > job.cfg.cluster.dead_after_s + 5.0) return true;
+    backoff.idle(0.01);
+  }
+  return lost;
+}
+
 RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   ps::ShardSetup st;
   st.cfg = &job.cfg;
@@ -253,6 +321,7 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   st.data_comm = job.data_comm.get();
   st.ctrl_comm = job.ctrl();
   st.live_comm = job.live_comm.get();
+  st.watch = job.watch.get();
   st.clock = &job.clock;
   st.steps_log = job.steps.get();
   st.eval_file = job.rank == 0 && job.roles.evaluator_rank < 0 ? job.eval_file.get() : nullptr;
@@ -279,6 +348,7 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   }
   ps::Shard shard(st);
   ps::ShardResult r = shard.run();
+  release_watchers(job, r);
   RoleOutcome out;
   out.theta = std::move(r.theta);
   out.ema = std::move(r.ema);
@@ -286,8 +356,10 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   out.wall_s = job.clock.now();
   out.steps = r.steps;
   out.outcome = Outcome::from_code(r.code, r.detail);
+  out.outcome.reported_by = rank_json(job.peers, job.roles, r.reported_by);
   out.lost_workers = r.lost_workers;
   out.dead_ranks = r.dead_ranks;
+  out.ended_ranks = r.ended_ranks;
   return out;
 }
 
@@ -304,6 +376,7 @@ RoleOutcome run_worker_role(Job& job) {
   ws.stragglers = job.stragglers.get();
   ws.data_comm = job.data_comm.get();
   ws.live_comm = job.live_comm.get();
+  ws.watch = job.watch.get();
   ws.clock = &job.clock;
   ws.run_dir = job.run_dir;
   ws.resume = job.my_state();
@@ -314,6 +387,7 @@ RoleOutcome run_worker_role(Job& job) {
   RoleOutcome out;
   out.wall_s = job.clock.now();
   out.outcome = Outcome::from_code(wr.code);
+  out.peer_lost = wait_for_release(job) || wr.peer_lost;
   return out;
 }
 
@@ -330,10 +404,13 @@ RoleOutcome run_evaluator_role(Job& job) {
   st.clock = &job.clock;
   st.ctrl_comm = job.ctrl();
   st.live_comm = job.live_comm.get();
+  st.watch = job.watch.get();
   st.run_dir = job.run_dir;
   st.resume = job.my_state();
   RoleOutcome out;
-  out.outcome = Outcome::from_code(run_evaluator(st));
+  const EvaluatorResult r = run_evaluator(st);
+  out.outcome = Outcome::from_code(r.code);
+  out.peer_lost = wait_for_release(job) || r.peer_lost;
   out.wall_s = job.clock.now();
   return out;
 }
@@ -353,6 +430,8 @@ RoleOutcome run_allreduce_role(Job& job, metrics::Progress& progress) {
   st.stragglers = job.stragglers.get();
   st.reducer = reducer.get();
   st.comm = job.data_comm.get();
+  st.watch = job.watch.get();
+  st.peers = &job.peers;
   st.clock = &job.clock;
   st.run_dir = job.run_dir;
   st.steps_log = job.steps.get();
@@ -368,7 +447,32 @@ RoleOutcome run_allreduce_role(Job& job, metrics::Progress& progress) {
   out.steps = r.steps;
   if (r.stop_signal != 0) out.outcome = Outcome::stopped(r.stop_signal, r.steps);
   if (!r.diverged.empty()) out.outcome = Outcome::from_code(ExitCode::kInternal, r.diverged);
+  if (r.failed_code != ExitCode::kOk) {
+    out.outcome = Outcome::from_code(r.failed_code, r.failed);
+    out.outcome.reported_by = rank_json(job.peers, job.roles, r.reported_by);
+    out.lost_workers = r.lost_workers;
+    out.dead_ranks = r.lost;
+  }
   return out;
+}
+
+// Who watches whom (docs/design.md §10). With parameter servers: a shard
+// watches, and beats to, every other rank; a worker and the evaluator the
+// shards. allreduce: rank 0 watches every rank, every rank watches rank 0.
+std::unique_ptr<comm::Watch> make_watch(const Job& job) {
+  std::vector<int> peers;
+  if (job.ps_mode()) {
+    for (int r = 0; r < job.world; ++r) {
+      const bool shard = r < job.roles.shards;
+      if (r != job.rank && (job.role == Role::kShard || shard)) peers.push_back(r);
+    }
+  } else if (job.rank == 0) {
+    for (int r = 1; r < job.world; ++r) peers.push_back(r);
+  } else {
+    peers.push_back(0);
+  }
+  return std::make_unique<comm::Watch>(job.live_comm.get(), job.rank, peers, peers,
+                                       job.cfg.cluster.dead_after_s, job.clock.now());
 }
 
 // 5. The role loops, from a common start (a resumed run continues its time axis).
@@ -377,6 +481,8 @@ RoleOutcome run_role(Job& job, bool quiet) {
   const auto* s0 =
       job.resumed && job.resumed->has_part("shard0") ? &job.resumed->part("shard0") : nullptr;
   job.clock.restart(s0 != nullptr ? s0->get<double>("wall_s") : 0.0);
+  job.watch = make_watch(job);
+  job.training = true;
   metrics::Progress progress(static_cast<std::int64_t>(job.plan.total_steps),
                              job.cfg.run.progress_every_steps, quiet || job.rank != 0,
                              job.cfg.run.progress);
@@ -392,6 +498,93 @@ RoleOutcome run_role(Job& job, bool quiet) {
   }
   progress.finish();
   return out;
+}
+
+// ---------------------------------------------------------------- failures
+
+// Rank 0's text on every rank of `comm`.
+std::string broadcast_text(MPI_Comm comm, const std::string& text) {
+  int n = static_cast<int>(text.size());
+  SYNCOPT_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, 0, comm));
+  std::string out = text;
+  out.resize(static_cast<std::size_t>(n));
+  SYNCOPT_CHECK_MPI(MPI_Bcast(out.data(), n, MPI_CHAR, 0, comm));
+  return out;
+}
+
+// The ranks that watch this one learn that it ends the job with `code`
+// (and which peers it found dead), so that they end at once.
+void announce(Job& job, ExitCode code) {
+  if (!job.watch) return;
+  std::vector<int> dead;
+  for (const int r : job.watch->peers()) {
+    if (!job.watch->alive(r)) dead.push_back(r);
+  }
+  for (const int r : job.watch->beat_to()) {
+    if (job.watch->alive(r)) {
+      job.watch->notify(r, Kind::kEnding, static_cast<std::uint32_t>(code), comm::kNoCheckpoint,
+                        dead);
+    }
+  }
+  if (!job.watch->flush(2.0)) spdlog::warn("some ranks did not take the notice that this one ends");
+}
+
+// Rank 0: an attempt that failed. The outcome file and run.json record it;
+// summary.json only when training had begun (it describes this launch then;
+// an attempt that never trained leaves the run's last summary as it was).
+void record_failure(Job& job, const Outcome& outcome) {
+  write_outcome_file(outcome, job.launch_id, job.run_dir);
+  // A write failed (a full disk, most often): more writes there would only
+  // bury its message under theirs.
+  if (outcome.exit_code == ExitCode::kIoError) return;
+  job.journal.finish(outcome);
+  if (job.training && job.opened) {
+    if (job.steps) {
+      try {
+        job.steps->flush();
+      } catch (const std::exception&) {
+        // A full disk: the summary says what the records on disk say.
+      }
+    }
+    write_summary_from_records(job.run_dir, outcome,
+                               {{"launch_id", job.launch_id}, {"run_id", job.journal.run_id()}});
+  }
+}
+
+// This rank cannot go on because rank 0, which records the run, is silent:
+// one rank (the first to claim it) records the outcome in its place; every
+// rank ends rank 0 if it is stopped on this node (mpirun would wait for it
+// forever) and exits. Never returns.
+[[noreturn]] void end_without_rank0(Job& job, const Error& e) {
+  Outcome outcome = Outcome::from_code(ExitCode::kUnavailable, e.what());
+  outcome.reported_by = rank_json(job.peers, job.roles, job.rank);
+  announce(job, ExitCode::kUnavailable);
+  const bool ender = end_in_place_of_rank0(
+      {job.run_dir, job.launch_id, job.rank, &job.peers, &job.roles}, outcome);
+  if (!ender) {
+    // Let the rank that records the outcome finish before rank 0 goes: a
+    // plain mpirun ends every rank once one is killed.
+    const auto claim = job.run_dir / (".ending-" + job.launch_id);
+    const RunClock waited;
+    while (std::filesystem::exists(claim) && waited.now() < 5.0) comm::sleep_s(0.05);
+  }
+  std::vector<int> silent{0};
+  for (const int r : job.watch->peers()) {
+    if (r != 0 && !job.watch->alive(r)) silent.push_back(r);
+  }
+  for (const int r : comm::fence(job.peers, job.rank, silent)) {
+    spdlog::warn(
+        "{} is silent on another node: end it there (under srun, or a plain mpirun, the job "
+        "step ends when this rank exits with an error)",
+        comm::describe_rank(job.peers, r));
+  }
+  if (ender) {
+    throw UnavailableError(std::string(e.what()) + " (this rank recorded the outcome in " +
+                           (job.run_dir / "summary.json").string() + ")");
+  }
+  throw EndedByPeerError(ExitCode::kUnavailable,
+                         "ends with exit 69: " + comm::describe_rank(job.peers, 0) +
+                             " is silent; another rank records the outcome");
 }
 
 // ---------------------------------------------------------------- 6. the end
@@ -456,6 +649,14 @@ void send_text(const std::string& text, int to, MPI_Comm comm, double limit_s) {
   spdlog::error("the step records of this shard were not taken by rank 0 within {}s", limit_s);
 }
 
+// Whether `rank` died or ended on its own error: nothing more comes from it.
+bool gone(const Job& job, const RoleOutcome& out, int rank) {
+  return rank != job.rank &&
+         (!job.watch->alive(rank) ||
+          std::count(out.ended_ranks.begin(), out.ended_ranks.end(), rank) > 0 ||
+          std::count(out.dead_ranks.begin(), out.dead_ranks.end(), rank) > 0);
+}
+
 // What the eval writer tells rank 0.
 struct FinalEval {
   bool done = false;
@@ -471,6 +672,12 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, d
     theta = std::move(out.theta);
     ema = std::move(out.ema);
   } else {
+    for (int s = 0; s < job.roles.shards; ++s) {
+      if (s != job.rank && gone(job, out, s)) {
+        spdlog::error("shard {} is gone: no final parameters, no final evaluation", s);
+        return {};
+      }
+    }
     comm::RecvSlots slots;
     for (int s = 0; s < job.roles.shards; ++s) {
       if (s == job.rank) continue;
@@ -516,8 +723,7 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, d
 // Rank 0: the records of every shard, then summary.json, written last.
 std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe, double limit_s) {
   for (int s = 1; s < job.roles.shards; ++s) {
-    const bool dead = std::count(out.dead_ranks.begin(), out.dead_ranks.end(), s) > 0;
-    if (dead) continue;
+    if (gone(job, out, s)) continue;
     if (const auto text = receive_text(s, job.ctrl(), limit_s)) {
       if (!text->empty()) job.steps->append_lines(*text);
     } else {
@@ -540,10 +746,19 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   info.test_acc = fe.theta.accuracy;
   info.test_loss_ema = fe.ema.loss;
   info.test_acc_ema = fe.ema.accuracy;
-  nlohmann::json extra = out.outcome.to_json();
+  Outcome outcome = out.outcome;
+  if (outcome.reported_by.is_null()) outcome.reported_by = rank_json(job.peers, job.roles, 0);
+  nlohmann::json extra = outcome.to_json();
   extra["lost_workers"] = out.lost_workers;
-  job.journal.finish(out.outcome);
-  if (!fe.done) extra["final_eval"] = "none: the run did not complete";
+  extra["launch_id"] = job.launch_id;
+  extra["run_id"] = job.journal.run_id();
+  job.journal.finish(outcome);
+  write_outcome_file(outcome, job.launch_id, job.run_dir);
+  if (!fe.done) {
+    extra["final_eval"] = outcome.status() == RunStatus::kCompleted
+                              ? "none: the evaluator was lost"
+                              : "none: the run did not complete";
+  }
   const auto an = metrics::write_summary(job.run_dir, info, extra);
   return metrics::format_report(an, metrics::read_jsonl(job.run_dir / "eval.jsonl"));
 }
@@ -554,8 +769,10 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
 DistributedResult finish(Job& job, RoleOutcome& out) {
   const double limit_s = job.cfg.cluster.dead_after_s + 5.0;
   comm::SendQueue sends(job.ctrl());
+  // A dead eval writer makes no final evaluation: nobody waits for it.
+  const bool writer_alive = !gone(job, out, job.eval_writer);
   if (job.role == Role::kShard) {
-    if (job.rank != job.eval_writer) {
+    if (job.rank != job.eval_writer && writer_alive) {
       auto h = comm::make_header(Kind::kFinal, job.rank, job.rank, out.steps);
       h.count = static_cast<std::uint32_t>(2 * out.theta.size());
       h.examples = out.examples;
@@ -571,6 +788,7 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
   result.run_dir = job.run_dir;
   result.outcome = out.outcome;
   result.dead_ranks = out.dead_ranks;
+  result.peer_lost = out.peer_lost;
   result.peers = job.peers;
   if (job.rank == job.eval_writer) {
     // The outcome as rank 0 saw it travels with the evaluation.
@@ -590,9 +808,11 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
   } else if (job.rank == 0) {
     comm::RecvSlots slots;
     slots.add(job.eval_writer, comm::kTagResult, job.ctrl(), 4);
-    slots.post(0);
     FinalEval fe;
-    if (receive_all(slots, limit_s)) {
+    if (!writer_alive) {
+      spdlog::warn("no final evaluation: the evaluator ({}) is dead",
+                   comm::describe_rank(job.peers, job.eval_writer));
+    } else if (slots.post(0), receive_all(slots, limit_s)) {
       const auto& m = slots.message(0);
       const float* v = m.payload();
       fe = {m.header().flags != 0, {v[0], v[1]}, {v[2], v[3]}};
@@ -614,14 +834,42 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
   SYNCOPT_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &job.rank));
   SYNCOPT_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &job.world));
   job.peers = comm::gather_peers(job.ctrl());
-  comm::agree(job.ctrl(), [&] { job.roles = layout::make_roles(cfg, job.world); });
-  job.role = job.roles.role_of(job.rank);
-  job.eval_writer = job.roles.eval_writer();
-  load_inputs(job);
-  build_compute(job);
-  open_outputs(job);
-  RoleOutcome out = run_role(job, quiet);
-  return finish(job, out);
+  job.launch_id = broadcast_text(job.ctrl(), inv.launch_id.empty() ? new_id() : inv.launch_id);
+  job.run_dir = std::filesystem::path(cfg.run.dir) / cfg.run.name;
+  try {
+    comm::agree(job.ctrl(), [&] { job.roles = layout::make_roles(cfg, job.world); });
+    job.role = job.roles.role_of(job.rank);
+    job.eval_writer = job.roles.eval_writer();
+    load_inputs(job);
+    build_compute(job);
+    open_outputs(job);
+    RoleOutcome out = run_role(job, quiet);
+    if (job.rank != 0 && !job.watch->alive(0)) {
+      // This rank finished its part without rank 0 (another shard):
+      // nobody is left to take its records.
+      end_without_rank0(job, UnavailableError(out.outcome.detail.empty() ? "rank 0 is silent"
+                                                                         : out.outcome.detail));
+    }
+    return finish(job, out);
+  } catch (const AgreedError& e) {
+    // Set-up, before any role ran: every rank knows; rank 0 records the
+    // attempt (run.json), leaving the run's summary.json as it was.
+    if (job.rank == 0) record_failure(job, Outcome::failed(e));
+    throw;
+  } catch (const EndedByPeerError&) {
+    throw;  // the rank that ended the job records it
+  } catch (const Error& e) {
+    if (job.watch && job.rank != 0 && !job.watch->alive(0)) end_without_rank0(job, e);
+    announce(job, e.code());
+    if (job.rank == 0) {
+      Outcome o = Outcome::failed(e);
+      o.reported_by = rank_json(job.peers, job.roles, 0);
+      record_failure(job, o);
+    }
+    if (!job.watch) throw;  // nobody watches yet: main ends the job
+    if (dynamic_cast<const UnavailableError*>(&e) != nullptr) throw;
+    throw AnnouncedError(e.code(), e.what());
+  }
 }
 
 }  // namespace syncopt::train

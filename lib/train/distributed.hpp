@@ -25,14 +25,19 @@ struct DistributedResult {
   // not wait for them in MPI_Finalize.
   std::vector<int> dead_ranks;
   std::vector<comm::Peer> peers;
+  // A shard said that some rank died: MPI_Finalize would wait for it.
+  bool peer_lost = false;
 };
 
 // Requires MPI (with MPI_THREAD_MULTIPLE: heartbeats come from a thread) and
 // a world of more than one rank. Errors of the set-up phases are agreed on
 // by every rank (comm/agree.hpp): each throws AgreedError with the same exit
-// code. Afterwards a rank's error is its own; a dead peer is reported as an
-// UnavailableError (69) by the ranks that need it, and recorded in
-// summary.json by rank 0 when it survives.
+// code, and rank 0 records the attempt in run.json. Afterwards a rank's
+// error is announced to the ranks that watch it and thrown as an
+// AnnouncedError (they end with EndedByPeerError, one line each); a dead
+// peer is an UnavailableError (69) of the ranks that need it. The outcome is
+// recorded by rank 0, or, when rank 0 is silent, by one of the others
+// (train/ending.hpp).
 // `inv` goes into run.json (run_meta.hpp), written by rank 0.
 DistributedResult run_distributed(const config::Config& cfg, const Compute& compute, bool quiet,
                                   const Invocation& inv = {});

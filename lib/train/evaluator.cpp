@@ -25,7 +25,7 @@ using comm::Kind;
 class Evaluator {
  public:
   explicit Evaluator(const EvaluatorSetup& st);
-  ExitCode run();
+  EvaluatorResult run();
 
  private:
   void wait_for_interval();
@@ -43,7 +43,8 @@ class Evaluator {
   // Slot s: parameters of shard s; S + s: its end notice; 2S: shard 0's commands.
   comm::RecvSlots m_recvs;
   comm::SendQueue m_sends;
-  std::unique_ptr<comm::Watch> m_watch;
+  std::unique_ptr<comm::Watch> m_own_watch;
+  comm::Watch* m_watch = nullptr;
   comm::IdleBackoff m_backoff;
   std::vector<float> m_theta, m_ema;
   std::uint64_t m_want;  // the version to evaluate next
@@ -53,6 +54,7 @@ class Evaluator {
   bool m_final_seen = false;  // shard 0's last checkpoint command
   bool m_stop_requested = false;
   ExitCode m_code = ExitCode::kOk;
+  bool m_peer_lost = false;
   EvalTimer m_timer;
 };
 
@@ -79,12 +81,17 @@ Evaluator::Evaluator(const EvaluatorSetup& st)
   // for it lets a long eval.every_s wait end at once.
   for (int s = 0; s < m_shards; ++s) m_recvs.add(s, comm::kTagEvalNotice, st.ctrl_comm, 0);
   m_recvs.add(0, comm::kTagCommand, st.ctrl_comm, 0);
-  m_watch = std::make_unique<comm::Watch>(st.live_comm, m_self, shards, shards,
-                                          st.cfg->cluster.dead_after_s, st.clock->now());
+  if (st.watch != nullptr) {
+    m_watch = st.watch;
+  } else {
+    m_own_watch = std::make_unique<comm::Watch>(st.live_comm, m_self, shards, shards,
+                                                st.cfg->cluster.dead_after_s, st.clock->now());
+    m_watch = m_own_watch.get();
+  }
   if (st.resume != nullptr) m_next_time = st.resume->get<double>("next_eval_s");
 }
 
-ExitCode Evaluator::run() {
+EvaluatorResult Evaluator::run() {
   for (int s = 0; s < m_shards; ++s) m_recvs.post(m_shards + s);
   m_recvs.post(2 * m_shards);
   for (;;) {
@@ -97,7 +104,7 @@ ExitCode Evaluator::run() {
     }
   }
   say_goodbye();
-  return m_code;
+  return {m_code, m_peer_lost};
 }
 
 void Evaluator::send_to_shard0(Kind kind, std::uint64_t seq) {
@@ -109,10 +116,18 @@ void Evaluator::send_to_shard0(Kind kind, std::uint64_t seq) {
 std::vector<comm::RecvSlots::Done> Evaluator::poll() {
   const double now = m_st.clock->now();
   for (const int dead : m_watch->poll(now)) {
+    m_sends.cancel_to(dead);  // what it will never take (kept, not waited for)
     throw UnavailableError("the evaluator: shard " + std::to_string(dead) + " (" +
                            comm::describe_rank(*m_st.peers, dead) + ") has been silent for " +
                            std::to_string(static_cast<int>(now - m_watch->last_heard(dead))) +
                            "s: the run cannot go on without it");
+  }
+  for (const auto& n : m_watch->notices()) {
+    if (n.kind != Kind::kEnding) continue;
+    throw EndedByPeerError(
+        static_cast<ExitCode>(n.code),
+        "ends with exit " + std::to_string(n.code) + ": shard " + std::to_string(n.from) + " (" +
+            comm::describe_rank(*m_st.peers, n.from) + ") ended the run; see its message");
   }
   if (const int sig = stop_signal(); sig != 0 && !m_stop_requested) {
     m_stop_requested = true;
@@ -127,6 +142,7 @@ std::vector<comm::RecvSlots::Done> Evaluator::poll() {
     } else if (d.slot < 2 * m_shards) {
       const auto& h = m_recvs.message(d.slot).header();
       if (d.slot == m_shards) m_code = static_cast<ExitCode>(h.code);
+      if ((h.flags & comm::kFlagPeerLost) != 0) m_peer_lost = true;
       ++m_notices;
     } else {
       on_command(m_recvs.message(d.slot).header());
@@ -221,7 +237,7 @@ void Evaluator::say_goodbye() {
 
 }  // namespace
 
-ExitCode run_evaluator(const EvaluatorSetup& setup) {
+EvaluatorResult run_evaluator(const EvaluatorSetup& setup) {
   Evaluator e(setup);
   return e.run();
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "checkpoint/state.hpp"
+#include "comm/liveness.hpp"
 #include "comm/peers.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
@@ -33,6 +34,7 @@ struct EvaluatorSetup {
   const RunClock* clock = nullptr;
   MPI_Comm ctrl_comm = MPI_COMM_NULL;
   MPI_Comm live_comm = MPI_COMM_NULL;
+  comm::Watch* watch = nullptr;  // the rank's liveness, owned by the job
   std::filesystem::path run_dir;
   const checkpoint::State* resume = nullptr;  // its part of the checkpoint resumed
 };
@@ -40,7 +42,11 @@ struct EvaluatorSetup {
 // Returns once every shard has said training ended, the last checkpoint
 // part is saved, and every shard has been told goodbye; the run's exit code
 // as shard 0 told it. The final evaluation is made in the end phase.
-// UnavailableError when a shard dies.
-ExitCode run_evaluator(const EvaluatorSetup& setup);
+// UnavailableError when a shard dies; EndedByPeerError when one ends the run.
+struct EvaluatorResult {
+  ExitCode code = ExitCode::kOk;
+  bool peer_lost = false;  // a shard said some rank of the job died
+};
+EvaluatorResult run_evaluator(const EvaluatorSetup& setup);
 
 }  // namespace syncopt::train

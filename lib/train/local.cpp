@@ -22,7 +22,9 @@
 #include "optim/optimizer.hpp"
 #include "replica/replica.hpp"
 #include "replica/staleness.hpp"
+#include "train/ending.hpp"
 #include "train/inputs.hpp"
+#include "train/run_lock.hpp"
 
 namespace syncopt::train {
 
@@ -87,6 +89,7 @@ class LocalTrainer {
   std::unique_ptr<replica::ParamHistory> m_history;
 
   LocalResult m_result;
+  RunLock m_lock;        // the run directory is this process's
   RunJournal m_journal;  // run.json
   std::unique_ptr<metrics::StepLog> m_steps;
   std::unique_ptr<metrics::JsonlWriter> m_eval_file;
@@ -151,7 +154,16 @@ LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bo
 }
 
 LocalResult LocalTrainer::run() {
-  const std::uint64_t first = open_outputs();
+  std::uint64_t first = 0;
+  try {
+    first = open_outputs();
+  } catch (const Error& e) {
+    // An attempt that never trained: run.json says so (when this process
+    // got the directory), summary.json stays the run's last.
+    m_journal.finish(Outcome::failed(e));
+    write_outcome_file(Outcome::failed(e), m_inv.launch_id, m_result.run_dir);
+    throw;
+  }
   try {
     train_from(first);
   } catch (const Error& e) {
@@ -165,15 +177,23 @@ LocalResult LocalTrainer::run() {
 
 // A new run, or the state of the latest checkpoint; returns the next step.
 std::uint64_t LocalTrainer::open_outputs() {
-  m_result.run_dir = open_run_dir(m_cfg);
+  m_result.run_dir = std::filesystem::path(m_cfg.run.dir) / m_cfg.run.name;
+  OpenedRun opened = open_run_dir(m_cfg, this_process(m_inv.launch_id));
+  m_lock = std::move(opened.lock);
   const auto& dir = m_result.run_dir;
   m_journal =
       RunJournal(dir, m_cfg.run.name, m_inv, {{}, layout::make_roles(m_cfg, 1)}, m_cfg.run.resume);
   double wall_s = 0.0;
   if (m_cfg.run.resume) {
+    const auto changed = check_resume(m_cfg, dir, 1, m_inv.launch_id);
+    if (!changed.empty()) {
+      m_journal.note("changed", changed);
+      for (const auto& c : changed) spdlog::info("resumed with {}", c);
+    }
     const checkpoint::Checkpoint ck = checkpoint::load_latest(dir, {kPart});
     const checkpoint::State& s = ck.part(kPart);
     restore(s);
+    rewrite_config(m_cfg, dir);
     wall_s = s.get<double>("wall_s");
     const auto& rec = s.child("records");
     m_steps = std::make_unique<metrics::StepLog>(
@@ -336,9 +356,10 @@ void LocalTrainer::restore(const checkpoint::State& s) {
     }
   }
   if (m_step > m_plan.total_steps) {
-    throw ConfigError("the checkpoint is at step " + std::to_string(m_step) + ", past this run's " +
+    throw ConfigError("the run reached step " + std::to_string(m_step) +
+                      " (its latest checkpoint), past this launch's " +
                       std::to_string(m_plan.total_steps) +
-                      " steps: raise train.steps / train.epochs to continue it");
+                      " steps: to extend it, raise train.steps (or train.epochs)");
   }
 }
 
@@ -400,7 +421,10 @@ void LocalTrainer::write_summary(const Outcome& outcome) {
                                     {"history_nbytes", m_history->nbytes()}};
   }
   extra.update(outcome.to_json());
+  extra["launch_id"] = m_inv.launch_id;
+  extra["run_id"] = m_journal.run_id();
   m_journal.finish(outcome);
+  write_outcome_file(outcome, m_inv.launch_id, m_result.run_dir);
   if (outcome.status() == RunStatus::kFailed) {
     try {
       m_steps->flush();

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -13,18 +14,26 @@
 
 namespace syncopt::train {
 
+namespace fs = std::filesystem;
+
 namespace {
 
-// Keys a resumed run may change: how it is run and recorded, not what is
-// trained.
+// Keys a resumed run may change: how it is run and recorded, where the run
+// directory is, and how long it trains (with the schedule keys that depend
+// on the total), not what each step computes.
 const std::set<std::string> kResumeMayChange = {"run.resume",
                                                 "run.overwrite",
+                                                "run.dir",
+                                                "run.name",
                                                 "run.checkpoint_every_s",
                                                 "run.checkpoint_every_steps",
                                                 "run.keep_checkpoints",
                                                 "run.progress",
                                                 "run.progress_every_steps",
                                                 "run.tensorboard",
+                                                "train.steps",
+                                                "train.epochs",
+                                                "optim.anneal_epochs",
                                                 "cluster.dead_after_s",
                                                 "eval.every_steps",
                                                 "eval.every_s",
@@ -49,43 +58,149 @@ std::map<std::string, std::string> key_values(const std::string& toml) {
   return out;
 }
 
-void check_same_experiment(const config::Config& cfg, const std::filesystem::path& saved) {
-  const auto before = key_values(read_file_bytes(saved));
-  const auto now = key_values(config::to_toml(cfg));
-  std::string diffs;
-  for (const auto& [key, value] : now) {
-    if (kResumeMayChange.count(key) > 0) continue;
-    const auto it = before.find(key);
-    const std::string old = it == before.end() ? "(absent)" : it->second;
-    if (old != value) diffs += "\n  " + key + ": " + old + " in the run, " + value + " now";
+// The layout of the run's last launch before `current` (run.json), or null.
+nlohmann::json last_layout(const fs::path& dir, const std::string& current) {
+  try {
+    const auto doc = nlohmann::json::parse(read_file_bytes(dir / "run.json"));
+    const auto& launches = doc.at("launches");
+    for (auto it = launches.rbegin(); it != launches.rend(); ++it) {
+      if (!current.empty() && it->value("launch_id", std::string()) == current) continue;
+      if (it->contains("layout") && (*it)["layout"].contains("world")) return (*it)["layout"];
+    }
+  } catch (const std::exception&) {
   }
-  if (!diffs.empty()) {
-    throw ConfigError("run.resume = true, but this config is not the experiment in '" +
-                      saved.string() + "':" + diffs +
-                      "\nresume with the run's own config (syncopt train " + saved.string() +
-                      " --set run.resume=true) or start a new run under another run.name");
+  return nullptr;
+}
+
+std::string layout_words(const nlohmann::json& l) {
+  const int shards = l.value("shards", 0);
+  std::string out = std::to_string(l.value("world", 0)) + " ranks: ";
+  if (shards > 0) {
+    out += std::to_string(shards) + (shards == 1 ? " shard, " : " shards, ");
+    if (!l.value("evaluator_rank", nlohmann::json()).is_null()) out += "1 evaluator, ";
+  }
+  return out + std::to_string(l.value("workers", 0)) + " workers";
+}
+
+// A new run in an existing directory with run.overwrite: once its lock is
+// ours, everything but the lock file goes.
+void clear_for_overwrite(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename() == kRunLockFile) continue;
+    fs::remove_all(entry.path(), ec);
+    if (ec) {
+      throw OutputError(ExitCode::kCantCreate,
+                        "cannot clear run directory '" + dir.string() + "': " + ec.message());
+    }
   }
 }
 
 }  // namespace
 
-std::filesystem::path open_run_dir(const config::Config& cfg) {
-  const auto dir = std::filesystem::path(cfg.run.dir) / cfg.run.name;
+bool resume_may_change(const std::string& key) { return kResumeMayChange.count(key) > 0; }
+
+OpenedRun open_run_dir(const config::Config& cfg, const LockHolder& me) {
+  const auto dir = fs::path(cfg.run.dir) / cfg.run.name;
+  OpenedRun out;
+  out.dir = dir;
   if (!cfg.run.resume) {
-    metrics::create_run_dir(cfg.run.dir, cfg.run.name, cfg.run.overwrite);
+    std::error_code ec;
+    const bool existed = fs::exists(dir, ec);
+    if (existed && !cfg.run.overwrite) {
+      const bool in_use = RunLock::held_by_other(dir);
+      const auto holder = RunLock::read_holder(dir);
+      throw OutputError(ExitCode::kCantCreate,
+                        "run directory '" + dir.string() + "' already exists" +
+                            (in_use && holder ? " and is in use by " + holder->describe() : "") +
+                            " and would be overwritten; pick a new name (--set run.name=...), " +
+                            "resume it (--set run.resume=true) or replace it "
+                            "(--set run.overwrite=true)");
+    }
+    if (!existed) metrics::create_run_dir(cfg.run.dir, cfg.run.name, false);
+    out.lock = RunLock::acquire(dir, me, existed ? "replace" : "start");
+    if (existed) clear_for_overwrite(dir);
     metrics::write_file_atomic(dir / "config.toml", config::to_toml(cfg));
-    return dir;
+    return out;
   }
-  if (!std::filesystem::exists(dir / "config.toml")) {
+  if (!fs::exists(dir / "config.toml")) {
     throw MissingInputError("run.resume = true, but '" + dir.string() +
                             "' holds no run (no config.toml): nothing to resume; check run.dir "
                             "and run.name, or start fresh with run.resume = false");
   }
-  check_same_experiment(cfg, dir / "config.toml");
+  out.lock = RunLock::acquire(dir, me, "resume");
   for (const auto& p : checkpoint::remove_stale_temporaries(dir)) {
     spdlog::info("removed what an interrupted checkpoint save left: {}", p.string());
   }
-  return dir;
+  return out;
+}
+
+std::vector<std::string> check_resume(const config::Config& cfg, const fs::path& dir, int world,
+                                      const std::string& launch_id) {
+  const fs::path saved = dir / "config.toml";
+  const auto before = key_values(read_file_bytes(saved));
+  const auto now = key_values(config::to_toml(cfg));
+  std::string diffs;
+  std::vector<std::string> changed;
+  for (const auto& [key, value] : now) {
+    const auto it = before.find(key);
+    const std::string old = it == before.end() ? "(absent)" : it->second;
+    if (old == value) continue;
+    if (resume_may_change(key)) {
+      if (key != "run.resume" && key != "run.dir" && key != "run.name") {
+        changed.push_back(key + ": " + old + " -> " + value);
+      }
+      continue;
+    }
+    diffs += "\n  " + key + ": " + old + " in the run, " + value + " now";
+  }
+  if (!diffs.empty()) {
+    throw ConfigError(
+        "run.resume = true, but this config is not the experiment in '" + saved.string() +
+        "':" + diffs + "\nresume with the run's own config (syncopt train " + saved.string() +
+        " --set run.resume=true; train.steps, train.epochs and optim.anneal_epochs may change "
+        "to extend it) or start a new run under another run.name");
+  }
+  if (const auto layout = last_layout(dir, launch_id);
+      world > 0 && !layout.is_null() && layout.value("world", 0) != world) {
+    const std::string name = fs::path(dir).filename().string();
+    throw ConfigError(
+        "cannot resume '" + dir.string() + "' with " + std::to_string(world) +
+        " ranks: the run was launched with " + layout_words(layout) +
+        ", and its workers' data shards and checkpoint parts are laid out for that. Resume it "
+        "with the same number of ranks (mpirun -np " +
+        std::to_string(layout.value("world", 0)) + " ... --set run.resume=true), or train " +
+        std::to_string(world) + " ranks as a new run from the same config: --set run.name=" + name +
+        "-np" + std::to_string(world) + " (without run.resume)");
+  }
+  return changed;
+}
+
+void rewrite_config(const config::Config& cfg, const fs::path& dir) {
+  config::Config written = cfg;
+  written.run.resume = false;  // as a new run's: the file describes the experiment
+  metrics::write_file_atomic(dir / "config.toml", config::to_toml(written));
+}
+
+bool resume_in_place(config::Config& cfg, const fs::path& config_path,
+                     const std::vector<std::string>& overrides) {
+  if (!cfg.run.resume || config_path.filename() != "config.toml") return false;
+  for (const auto& o : overrides) {
+    const auto key = o.substr(0, o.find('='));
+    if (key.find("run.dir") != std::string::npos || key.find("run.name") != std::string::npos) {
+      return false;  // said on the command line: that wins
+    }
+  }
+  std::error_code ec;
+  const fs::path dir =
+      config_path.parent_path().empty() ? fs::path(".") : config_path.parent_path();
+  // A run directory holds its records next to config.toml.
+  if (!fs::exists(dir / "run.json", ec) && !fs::exists(dir / "checkpoints", ec)) return false;
+  const fs::path abs = fs::absolute(dir, ec).lexically_normal();
+  const fs::path clean = abs.filename().empty() ? abs.parent_path() : abs;
+  cfg.run.dir = clean.parent_path().string();
+  cfg.run.name = clean.filename().string();
+  return true;
 }
 
 Outcome Outcome::stopped(int signal, std::uint64_t step) {
@@ -111,15 +226,19 @@ Outcome Outcome::failed(const Error& e) {
 
 nlohmann::json Outcome::to_json() const {
   nlohmann::json j = {{"status", status_name(status())},
-                      {"exit_code", static_cast<int>(exit_code)}};
+                      {"exit_code", static_cast<int>(exit_code)},
+                      {"reason", detail.empty() ? nlohmann::json() : nlohmann::json(detail)},
+                      {"reported_by", reported_by}};
   if (status() == RunStatus::kStopped) j["stopped"] = detail;
   if (status() == RunStatus::kFailed) j["error"] = detail;
   return j;
 }
 
-void write_failure_summary(const std::filesystem::path& run_dir, const Outcome& outcome) {
+void write_failure_summary(const fs::path& run_dir, const Outcome& outcome,
+                           const nlohmann::json& extra) {
   try {
     nlohmann::json j = outcome.to_json();
+    for (const auto& [k, v] : extra.items()) j[k] = v;
     write_file_atomic(run_dir / "summary.json", metrics::json_text(j, 2) + "\n");
   } catch (const std::exception& e) {
     spdlog::error("could not record the failure in {}: {}", (run_dir / "summary.json").string(),

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -136,6 +137,33 @@ char process_state(long pid) {
 
 }  // namespace
 
+std::string new_id() {
+  std::random_device rd;
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return buf;
+}
+
+namespace {
+
+// The directory as run.json records it: absolute, symlinks resolved.
+std::string dir_key(const fs::path& dir) {
+  std::error_code ec;
+  const auto c = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  return (ec ? fs::absolute(dir) : c).lexically_normal().string();
+}
+
+// The run id recorded in <dir>/run.json, or "".
+std::string run_id_at(const fs::path& dir) {
+  try {
+    return json::parse(read_file_bytes(dir / "run.json")).value("run_id", std::string());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+}  // namespace
+
 std::string describe_invocation(const Invocation& inv) {
   std::string cmd;
   for (const auto& a : inv.argv) cmd += (cmd.empty() ? "" : " ") + a;
@@ -172,8 +200,42 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
     m_doc = {{"format", "syncopt-run"},
              {"format_version", kFormatVersion},
              {"name", run_name},
+             {"run_id", new_id()},
              {"launches", json::array()}};
   }
+  // Where the run was last launched: elsewhere now means moved or copied.
+  const std::string here = dir_key(run_dir);
+  std::string was;
+  for (auto it = m_doc["launches"].rbegin(); it != m_doc["launches"].rend(); ++it) {
+    if (it->contains("dir") && (*it)["dir"].is_string()) {
+      was = (*it)["dir"].get<std::string>();
+      break;
+    }
+  }
+  if (!m_doc.contains("run_id") || !m_doc["run_id"].is_string()) m_doc["run_id"] = new_id();
+  json moved;
+  if (resumed && !was.empty() && was != here) {
+    const std::string old_id = m_doc["run_id"].get<std::string>();
+    std::error_code ec;
+    const bool original_there = fs::exists(fs::path(was), ec) &&
+                                !fs::equivalent(fs::path(was), run_dir, ec) &&
+                                run_id_at(was) == old_id;
+    if (original_there) {
+      // A copy: the original goes on as itself; this one is a run of its own.
+      m_doc["run_id"] = new_id();
+      m_doc["name"] = run_name;
+      moved = {{"copied_from", {{"dir", was}, {"run_id", old_id}}}};
+      spdlog::info(
+          "{} is a copy of the run in {} (run {}): it continues here as a new run, {}; the "
+          "original is untouched",
+          here, was, old_id, m_doc["run_id"].get<std::string>());
+    } else {
+      m_doc["name"] = run_name;
+      moved = {{"moved_from", was}};
+      spdlog::info("the run {} was in {}; it continues where it is now, {}", old_id, was, here);
+    }
+  }
+  m_run_id = m_doc["run_id"].get<std::string>();
   json ranks = json::array();
   if (facts.ranks.empty()) {  // one process, no MPI job to ask
     ranks.push_back({{"rank", 0},
@@ -189,6 +251,7 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
   }
   std::error_code ec;
   json launch = {
+      {"launch_id", inv.launch_id.empty() ? new_id() : inv.launch_id},
       {"start_utc", start_utc.empty() ? utc_now() : start_utc},
       {"end_utc", nullptr},
       {"status", "running"},
@@ -196,6 +259,7 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
       {"resumed", resumed},
       {"argv", inv.argv},
       {"cwd", fs::current_path(ec).string()},
+      {"dir", here},
       {"config", inv.config_path},
       {"config_files", files_json(inv.config_files)},
       {"overrides", inv.overrides},
@@ -206,6 +270,7 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
       {"ranks", ranks},
       {"layout", layout_json(facts.roles)}};
   if (!inv.repeat_of.empty()) launch["repeat_of"] = inv.repeat_of;
+  if (!moved.is_null()) launch.update(moved);
   launch.update(launcher_json(facts.roles.world));
   m_doc["launches"].push_back(launch);
   write();
@@ -213,17 +278,53 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
 
 void RunJournal::write() const { write_file_atomic(m_path, metrics::json_text(m_doc, 2) + "\n"); }
 
+namespace {
+
+void set_end(json& launch, const Outcome& outcome) {
+  launch["end_utc"] = utc_now();
+  launch["status"] = status_name(outcome.status());
+  launch["exit_code"] = static_cast<int>(outcome.exit_code);
+  if (!outcome.detail.empty()) launch["detail"] = outcome.detail;
+  if (!outcome.reported_by.is_null()) launch["reported_by"] = outcome.reported_by;
+}
+
+}  // namespace
+
 void RunJournal::finish(const Outcome& outcome) noexcept {
-  if (m_path.empty()) return;
+  if (m_path.empty() || m_finished) return;
+  m_finished = true;
   try {
-    json& launch = m_doc["launches"].back();
-    launch["end_utc"] = utc_now();
-    launch["status"] = status_name(outcome.status());
-    launch["exit_code"] = static_cast<int>(outcome.exit_code);
-    if (!outcome.detail.empty()) launch["detail"] = outcome.detail;
+    set_end(m_doc["launches"].back(), outcome);
     write();
   } catch (const std::exception& e) {
     spdlog::error("could not record the end of the run in {}: {}", m_path.string(), e.what());
+  }
+}
+
+void RunJournal::note(const std::string& key, const json& value) noexcept {
+  if (m_path.empty()) return;
+  try {
+    m_doc["launches"].back()[key] = value;
+    write();
+  } catch (const std::exception& e) {
+    spdlog::error("could not write {}: {}", m_path.string(), e.what());
+  }
+}
+
+void RunJournal::record_end(const fs::path& run_dir, const std::string& launch_id,
+                            const Outcome& outcome) noexcept {
+  const fs::path path = run_dir / "run.json";
+  try {
+    json doc = json::parse(read_file_bytes(path));
+    for (auto& launch : doc.at("launches")) {
+      if (launch.value("launch_id", std::string()) != launch_id) continue;
+      set_end(launch, outcome);
+      write_file_atomic(path, metrics::json_text(doc, 2) + "\n");
+      return;
+    }
+    spdlog::warn("{} has no launch {}: its end is not recorded there", path.string(), launch_id);
+  } catch (const std::exception& e) {
+    spdlog::error("could not record the end of the run in {}: {}", path.string(), e.what());
   }
 }
 
@@ -242,13 +343,26 @@ RunState run_status(const fs::path& run_dir) {
     const std::string completed = status_name(RunStatus::kCompleted);
     const std::string status = s.value("status", completed);
     if (status == completed) return {status, ""};
+    // A later launch that ended without a summary of its own (refused
+    // before it trained): run.json says how.
+    std::string later;
+    try {
+      const json last = json::parse(read_file_bytes(run_dir / "run.json")).at("launches").back();
+      if (s.contains("launch_id") && last.value("launch_id", "") != s.value("launch_id", "") &&
+          last.contains("exit_code") && last["exit_code"].is_number()) {
+        later = "; a later launch (" + last.value("start_utc", std::string("?")) +
+                ") ended with exit " + last["exit_code"].dump() + ": " +
+                last.value("detail", std::string("see run.json"));
+      }
+    } catch (const std::exception&) {
+    }
     if (status == status_name(RunStatus::kStopped)) {
       return {status, "stopped (" + s.value("stopped", std::string("by a signal")) +
-                          ") before the end" + resume};
+                          ") before the end" + resume + later};
     }
     return {status, status + " with exit code " +
                         (s.contains("exit_code") ? s["exit_code"].dump() : std::string("?")) +
-                        ": " + s.value("error", std::string("see its log"))};
+                        ": " + s.value("error", std::string("see its log")) + later};
   }
   const double age_s = record_age_s(run_dir);
   const std::string age = age_s < 0 ? "unknown" : age_text(age_s);

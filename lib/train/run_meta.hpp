@@ -32,7 +32,13 @@ struct Invocation {
   std::string version;
   std::string git_commit;  // "unknown" when built outside git
   bool git_dirty = false;  // tracked files differed from the commit
+  // This launch's id: $SYNCOPT_LAUNCH_ID (set by wrapper scripts), else
+  // made up (new_id()); rank 0's is the job's.
+  std::string launch_id;
 };
+
+// A fresh random id (32 hex digits): a run's identity, a launch's.
+std::string new_id();
 
 // The job as rank 0 sees it: every rank's host and pid, and the roles.
 struct LaunchFacts {
@@ -44,8 +50,16 @@ struct LaunchFacts {
 };
 
 // Rank 0's journal of this launch in <run_dir>/run.json, rewritten
-// atomically: at start (end and status still null) and at the end. A
-// default-constructed journal writes nothing.
+// atomically: at start (end and status still null) and at the end. Every
+// launch is recorded, one that failed before training too (its summary.json,
+// if any, stays the previous one's). A default-constructed journal writes
+// nothing.
+//
+// The run's identity: run.json holds a run_id, made when the run is
+// created, and each launch the directory it ran in. A resumed run found
+// elsewhere was moved (it keeps its id) or copied (the directory it came
+// from still holds the same run): a copy is a new run with an id of its
+// own, and says what it was copied from.
 class RunJournal {
  public:
   RunJournal() = default;
@@ -56,13 +70,25 @@ class RunJournal {
   RunJournal(const std::filesystem::path& run_dir, const std::string& run_name,
              const Invocation& inv, const LaunchFacts& facts, bool resumed,
              const std::string& start_utc = "");
-  // Records the end of the launch; never throws (a failure is logged).
+  // Records the end of the launch (once; later calls do nothing); never
+  // throws (a failure is logged).
   void finish(const Outcome& outcome) noexcept;
+  bool open() const { return !m_path.empty() && !m_finished; }
+  // Adds `key` to this launch's entry and writes (never throws).
+  void note(const std::string& key, const nlohmann::json& value) noexcept;
+  const std::string& run_id() const { return m_run_id; }
+
+  // Another rank's way to record the end of launch `launch_id` of the run in
+  // `run_dir` when rank 0 cannot (it is dead); never throws.
+  static void record_end(const std::filesystem::path& run_dir, const std::string& launch_id,
+                         const Outcome& outcome) noexcept;
 
  private:
   void write() const;
   std::filesystem::path m_path;
   nlohmann::json m_doc;
+  std::string m_run_id;
+  bool m_finished = false;
 };
 
 // The launch in Markdown, for TensorBoard's Text tab (run/command): the

@@ -48,8 +48,13 @@ Worker::Worker(const WorkerSetup& st)
     for (auto& box : m_outbox) box.push_back(std::make_shared<Message>(count));
     shards.push_back(s);
   }
-  m_watch = std::make_unique<comm::Watch>(st.live_comm, m_rank, shards, shards,
-                                          st.cfg->cluster.dead_after_s, st.clock->now());
+  if (st.watch != nullptr) {
+    m_watch = st.watch;
+  } else {
+    m_own_watch = std::make_unique<comm::Watch>(st.live_comm, m_rank, shards, shards,
+                                                st.cfg->cluster.dead_after_s, st.clock->now());
+    m_watch = m_own_watch.get();
+  }
   if (st.resume != nullptr) {
     m_step = st.resume->get<std::uint64_t>("step");
     m_loader.restore(st.resume->child("loader"));
@@ -90,11 +95,19 @@ bool Worker::receive_params() {
     const auto done = m_replies.test();
     const double now = m_st.clock->now();
     for (const int dead : m_watch->poll(now)) {
+      m_sends.cancel_to(dead);  // what it will never take (kept, not waited for)
       throw UnavailableError("worker " + std::to_string(m_st.worker) + ": shard " +
                              std::to_string(dead) + " (" + comm::describe_rank(*m_st.peers, dead) +
                              ") has been silent for " +
                              std::to_string(static_cast<int>(now - m_watch->last_heard(dead))) +
                              "s: the run cannot go on without it");
+    }
+    for (const auto& n : m_watch->notices()) {
+      if (n.kind != Kind::kEnding) continue;
+      throw EndedByPeerError(
+          static_cast<ExitCode>(n.code),
+          "ends with exit " + std::to_string(n.code) + ": shard " + std::to_string(n.from) + " (" +
+              comm::describe_rank(*m_st.peers, n.from) + ") ended the run; see its message");
     }
     if (const int sig = stop_signal(); sig != 0 && !m_stop_requested) {
       m_stop_requested = true;  // shard 0 decides the step; this worker only tells it
@@ -125,6 +138,7 @@ bool Worker::receive_params() {
       if (static_cast<Kind>(h.kind) == Kind::kStop) {
         m_stopped[static_cast<std::size_t>(s)] = 1;
         if (s == 0) m_result.code = static_cast<ExitCode>(h.code);
+        if ((h.flags & comm::kFlagPeerLost) != 0) m_result.peer_lost = true;
       } else {
         std::copy_n(m.payload(), slice.count,
                     m_params.begin() + static_cast<std::ptrdiff_t>(slice.offset));

@@ -42,6 +42,7 @@ struct WorkerSetup {
   const StragglerModel* stragglers = nullptr;
   MPI_Comm data_comm = MPI_COMM_NULL;
   MPI_Comm live_comm = MPI_COMM_NULL;
+  comm::Watch* watch = nullptr;  // the rank's liveness, owned by the job (null: its own)
   const RunClock* clock = nullptr;
   std::filesystem::path run_dir;
   const checkpoint::State* resume = nullptr;  // this worker's part, if the checkpoint has one
@@ -53,6 +54,7 @@ struct WorkerResult {
   double delay_s = 0.0;           // total injected straggler delay
   double wait_s = 0.0;            // total time waiting for parameters
   ExitCode code = ExitCode::kOk;  // the run's outcome as shard 0 told it
+  bool peer_lost = false;         // a shard said some rank of the job died
 };
 
 class Worker {
@@ -83,7 +85,8 @@ class Worker {
   // Two gradient buffers per shard: a send in flight never blocks the next
   // computation, and a buffer is only rewritten once its send completed.
   std::vector<comm::SharedMessage> m_outbox[2];
-  std::unique_ptr<comm::Watch> m_watch;
+  std::unique_ptr<comm::Watch> m_own_watch;
+  comm::Watch* m_watch = nullptr;
   comm::IdleBackoff m_backoff;
   std::uint64_t m_step = 0;
   std::optional<std::uint64_t> m_saved;  // the last checkpoint this worker saved its part of

@@ -1,8 +1,8 @@
 #!/bin/bash
 # A stand-in for build/syncopt (SYNCOPT_BIN=...) that checks only the SLURM
 # plumbing of scripts/slurm/train.sbatch: signal forwarding, the exit code
-# read from summary.json, requeue and the resume flag on restart. It trains
-# nothing. Run: stopped by SIGUSR1 -> summary exit_code 75, exit 75; with
+# read from the outcome file (SYNCOPT_OUTCOME_FILE), requeue and the resume
+# flag on restart. It trains nothing. Run: stopped by SIGUSR1 -> summary exit_code 75, exit 75; with
 # --set run.resume=true -> summary exit_code 0, exit 0; else idles up to
 # 180 s (the test's time limit ends it first).
 set -u
@@ -30,9 +30,13 @@ if ((dry)); then
 fi
 rank=${SLURM_PROCID:-0}
 out=$dir/$name
-summary() {  # summary STATUS EXIT_CODE
+summary() {  # summary STATUS EXIT_CODE: as rank 0 records a launch (summary.json, the outcome file)
   if [ "$rank" = 0 ]; then
-    printf '{"status": "%s", "exit_code": %s, "resumed": %s}\n' "$1" "$2" "$resume" >"$out/summary.json"
+    printf '{"status": "%s", "exit_code": %s, "resumed": %s, "launch_id": "%s"}\n' "$1" "$2" "$resume" \
+      "${SYNCOPT_LAUNCH_ID:-}" >"$out/summary.json"
+    if [ -n "${SYNCOPT_OUTCOME_FILE:-}" ]; then
+      printf '{"status": "%s", "exit_code": %s}\n' "$1" "$2" >"$SYNCOPT_OUTCOME_FILE"
+    fi
   fi
 }
 if [ "$resume" = true ]; then

@@ -12,7 +12,9 @@
 #          with SYNCOPT_LAUNCHER=mpirun (mpirun --enable-recovery in the
 #          allocation) is absorbed: the run completes without that worker;
 #          (h) srun --kill-on-bad-exit=0 still loses the step (Slurm's pmix
-#          plugin cancels it; recorded, must not hang); (d) a 2-line sweep
+#          plugin cancels it; recorded, must not hang); (i) scontrol suspend
+#          for 3 x dead_after_s and resume: the run completes, nobody lost
+#          (a pause is not a death); (d) a 2-line sweep
 #          as an array job; (f) the requeue plumbing of train.sbatch
 #          (B:USR1 trap, exit 75, scontrol requeue, run.resume on restart)
 #          with tests/slurm/stub-syncopt.sh standing in for the trainer.
@@ -329,6 +331,42 @@ print(s["status"], s["exit_code"], s["steps"], "lost ranks", [w["rank"] for w in
     fi
   done
 
+  # (i) scontrol suspend for 3 x cluster.dead_after_s, then resume: SLURM
+  # stops every process of the job (SIGSTOP) and continues them (SIGCONT).
+  # A pause is not a death: the run completes, no worker lost.
+  mkdir -p "$WORK/i"
+  j=$(cd "$REPO" && sbatch --parsable -D "$WORK/i" --ntasks=4 --overcommit scripts/slurm/train.sbatch \
+    "${FAST[@]}" --set train.steps=600 --set stragglers.model=fixed --set stragglers.mean_ms=10 \
+    --set cluster.dead_after_s=3)
+  local t_wait=$SECONDS suspended=0
+  while ((SECONDS - t_wait < 60)); do
+    # Training (rank 0's progress lines in the job log), not setting up.
+    if grep -q 'info: step [0-9]*/600' "$WORK/i/syncopt-$j.out" 2>/dev/null; then
+      scontrol suspend "$j" && suspended=1
+      break
+    fi
+    sleep 0.2
+  done
+  if ((suspended)); then
+    t=$(now)
+    sleep 9
+    scontrol resume "$j" || fail "(i) scontrol resume $j failed"
+    res=$(wait_job "$j" 90)
+    read -r state code <<<"$res"
+    verdict=$(python3 -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+print(s["status"], s["exit_code"], s["steps"], "lost", len(s["lost_workers"]))' "$WORK/i/runs/smoke-$j/summary.json" 2>/dev/null) ||
+      verdict="no summary.json"
+    record "(i) scontrol suspend 9 s, resume" "$state" "$code" "$(since "$t")" "job $j; $verdict"
+    [ "$state" = COMPLETED ] && [ "$code" = 0:0 ] || fail "(i) job $j: $state $code after suspend/resume"
+    [ "$verdict" = "completed 0 600 lost 0" ] || fail "(i) summary: $verdict"
+    grep -q "not running for" "$WORK/i/syncopt-$j.out" || fail "(i) no rank said it was paused"
+  else
+    fail "(i) job $j never ran to be suspended"
+    scancel --full "$j"
+    record "(i) scontrol suspend 9 s, resume" "-" "-" "-" "job $j: not suspended"
+  fi
+
   # (d) A sweep of two lines as one array job: sync and async.
   local sweep=$WORK/two.txt
   cat >"$sweep" <<EOF
@@ -404,7 +442,7 @@ run_requeue() {
   # What each attempt did, from the job log (appended to by every attempt).
   grep -E 'train.sbatch: (job|SIGUSR1|.*exit_code|run stopped)|stopping at step|resuming from' "$out" |
     sed 's/^/    /'
-  grep -q "exit_code in .* is 75" "$out" || fail "(e) no attempt ended with the run's exit code 75"
+  grep -q "exit_code (.*) is 75" "$out" || fail "(e) no attempt ended with the run's exit code 75"
   grep -q "SIGUSR1 received" "$out" || fail "(e) SLURM's B:USR1 never reached the batch shell"
   grep -q "stopping at step .* on SIGUSR1: saving a checkpoint" "$out" || fail "(e) the trainer did not stop on SIGUSR1"
   grep -q 'run.resume=true' "$out" || fail "(e) no attempt resumed"

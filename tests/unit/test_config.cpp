@@ -75,10 +75,12 @@ using Catch::Matchers::Contains;
 
 }  // namespace
 
-TEST_CASE("defaults are valid and an empty file gives them", "[config]") {
+TEST_CASE("defaults are valid and empty text gives them", "[config]") {
   CHECK(cfg::validate(cfg::Config{}).empty());
+  // Text parsed as such (tests, includes); an empty config *file* is refused
+  // (below, "an empty config file is a usage error naming the file").
   CHECK(cfg::parse("", "empty.toml", {}) == cfg::Config{});
-  TempFile file("# nothing but a comment\n");
+  TempFile file("[train]\n# nothing set but the section\n");
   CHECK(cfg::load(file.path(), {}) == cfg::Config{});
 }
 
@@ -461,6 +463,44 @@ TEST_CASE("model.layers: every bad layer is named with its line and a hint", "[c
   CHECK_THAT(load_error("[model]\nname = \"custom\"\n"),
              Contains("model.name = \"custom\": needs the layers"));
   CHECK_THAT(load_error("[model]\nlayers = 3\n"), Contains("expected an array of layer tables"));
+}
+
+TEST_CASE("config: integers that the code reads into an int are checked as 64-bit values",
+          "[config]") {
+  // 2^32 + 1 once truncated to a batch of 1 and a 1-unit model.
+  for (const char* key : {"train.batch", "model.mlp_hidden", "eval.batch", "eval.bn_batches",
+                          "cluster.ps", "train.softsync_c", "sim.workers", "compute.threads"}) {
+    INFO(key);
+    const std::string msg = load_error("[run]\nseed = 1\n", {std::string(key) + "=4294967297"});
+    CHECK(msg.find(std::string(key) + " = 4294967297") != std::string::npos);
+    CHECK(msg.find("2147483647") != std::string::npos);
+  }
+  // The largest int is fine; one more is not, and neither is 2^53 + 1,
+  // which a comparison in doubles would round.
+  TempFile file("[train]\nbatch = 2147483647\n");
+  CHECK(cfg::load(file.path(), {}).train.batch == 2147483647);
+  CHECK(load_error("[train]\nbatch = 2147483648\n").find("train.batch") != std::string::npos);
+  CHECK(load_error("[train]\nbatch = 9007199254740993\n").find("train.batch") != std::string::npos);
+  // compute.threads above the CPUs is not a config error: each rank caps it
+  // to what it may use (apps/syncopt/platform.cpp, tests/faults config_ranges).
+  TempFile threads("[compute]\nthreads = 100000\n");
+  CHECK(cfg::load(threads.path(), {}).compute.threads == 100000);
+}
+
+TEST_CASE("config: an empty config file is a usage error naming the file", "[config]") {
+  for (const char* text : {"", "\n\n", "# only a comment\n   # and another\n"}) {
+    TempFile file(text);
+    try {
+      cfg::load(file.path(), {});
+      FAIL("an empty config was accepted");
+    } catch (const syncopt::UsageError& e) {
+      CHECK(std::string(e.what()).find(file.path()) != std::string::npos);
+      CHECK(std::string(e.what()).find("empty") != std::string::npos);
+    }
+  }
+  // One key is enough to say something.
+  TempFile one("# a comment\n[train]\nbatch = 8\n");
+  CHECK(cfg::load(one.path(), {}).train.batch == 8);
 }
 
 TEST_CASE("the model.layers reference names every layer type and attribute the reader takes",
