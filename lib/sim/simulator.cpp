@@ -76,7 +76,7 @@ class Engine {
   void end_pass(int s, double now);
   void on_deadline(const Event& e, double now);
   void answer_pulls(int s, double now);
-  void send_reply(int s, int w, int group, double now);
+  Event reply(int s, int w, int group, double now);
   void on_reply(const Event& e, double now);
   void on_worker_sends(const Event& e, double now);
   bool ssp_push(ShardState& sh, int w);
@@ -158,15 +158,16 @@ void Engine::start() {
   }
   for (int w = 0; w < m_st.workers; ++w) {
     m_workers[static_cast<std::size_t>(w)].outstanding = shards();
+    Event* run = m_queue.begin_run(static_cast<std::size_t>(shards()));
     for (int s = 0; s < shards(); ++s) {
-      Event e;
+      Event& e = run[s];
       e.kind = EventKind::kPullArrives;
       e.shard = s;
       e.worker = w;
       e.version = kAnyVersion;
       e.t = m_net.transfer(node_of_worker(w), s, 0.0, kHeaderBytes);
-      m_queue.push(e);
     }
+    m_queue.end_run();
   }
 }
 
@@ -376,11 +377,16 @@ void Engine::answer_pulls(int s, double now) {
   sh.recheck = false;
   sh.pending.insert(sh.pending.end(), m_still_waiting.begin(), m_still_waiting.end());
   std::sort(m_answer.begin(), m_answer.end());
-  for (const int w : m_answer) send_reply(s, w, static_cast<int>(m_answer.size()), now);
+  // The replies leave one after another over the shard's link: one run.
+  Event* run = m_queue.begin_run(m_answer.size());
+  for (std::size_t i = 0; i < m_answer.size(); ++i) {
+    run[i] = reply(s, m_answer[i], static_cast<int>(m_answer.size()), now);
+  }
+  m_queue.end_run();
 }
 
 // Sends worker `w` the shard's parameters (or STOP after the last update).
-void Engine::send_reply(int s, int w, int group, double now) {
+Event Engine::reply(int s, int w, int group, double now) {
   ShardState& sh = m_shards[static_cast<std::size_t>(s)];
   Event e;
   e.group = group;
@@ -391,7 +397,7 @@ void Engine::send_reply(int s, int w, int group, double now) {
   e.version = sh.core.version();
   const double bytes = sh.finished ? kHeaderBytes : message_bytes(sh.count);
   e.t = m_net.transfer(s, node_of_worker(w), now, bytes);
-  m_queue.push(e);
+  return e;
 }
 
 void Engine::on_reply(const Event& e, double now) {
@@ -428,8 +434,9 @@ void Engine::on_worker_sends(const Event& e, double now) {
   const auto w = static_cast<std::size_t>(e.worker);
   WorkerState& ws = m_workers[w];
   ws.outstanding = shards();
+  Event* run = m_queue.begin_run(static_cast<std::size_t>(shards()));
   for (int s = 0; s < shards(); ++s) {
-    Event g;
+    Event& g = run[s];
     g.kind = EventKind::kGradArrives;
     g.shard = s;
     g.worker = e.worker;
@@ -438,8 +445,8 @@ void Engine::on_worker_sends(const Event& e, double now) {
     g.compute_s = ws.compute_s;
     g.t = m_net.transfer(node_of_worker(e.worker), s, now,
                          message_bytes(m_shards[static_cast<std::size_t>(s)].count));
-    m_queue.push(g);
   }
+  m_queue.end_run();
   ++ws.seq;
   ++m_gradients;
 }
