@@ -21,6 +21,7 @@ enum class EventKind : std::uint8_t {
   kDeadline,      // timeout mode: a step's deadline at a shard
   kReplyArrives,  // parameters or STOP reach a worker
   kWorkerSends,   // a worker finished computing (and its straggler delay): it sends
+  kDecision,      // agreeing shards: shard 0's choice of workers for a version reaches a follower
 };
 
 struct Event {
@@ -34,6 +35,9 @@ struct Event {
   std::uint64_t seq = 0;      // grad: the worker's gradient counter
   double compute_s = 0.0;     // grad: the worker's compute time
   std::int32_t group = 1;     // reply: workers answered in the same pass
+  std::int32_t bucket = -1;   // worker sends: the bucket of a pipelined gradient (-1: all)
+  std::uint64_t oldest =
+      ~std::uint64_t{0};  // grad: the oldest version the worker held of any shard
 };
 
 // A 4-ary min-heap of 16-byte keys (time, then the order of pushing) over

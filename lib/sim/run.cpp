@@ -41,7 +41,8 @@ std::int64_t nominal_train_count(const config::Config& cfg) {
 }
 
 SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const TimingModel& timing,
-                    const worker::StragglerModel* stragglers) {
+                    const worker::StragglerModel* stragglers,
+                    const std::vector<LayerCost>& layers) {
   const auto mode = cfg.train.mode;
   const auto& t = config::traits(mode);
   if (!t.uses_ps) {
@@ -71,8 +72,23 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
   st.n = roles.rule.n;
   const std::size_t count =
       cfg.sim.param_count > 0 ? static_cast<std::size_t>(cfg.sim.param_count) : param_count;
-  for (const auto& slice : layout::shard_slices(count, roles.shards)) {
-    st.slice_counts.push_back(slice.count);
+  // A model of fewer layers than shards cannot be placed by layers: equal
+  // slices of floats, whole messages (the summary's sim.placement says so).
+  if (cfg.sim.param_count == 0 && layers.size() >= static_cast<std::size_t>(roles.shards) &&
+      !layers.empty()) {
+    // Whole layers per shard, as the pipelined exchange places them.
+    std::vector<std::size_t> counts;
+    for (const auto& l : layers) counts.push_back(l.count);
+    for (const auto& slice : layout::balanced_slices(counts, roles.shards)) {
+      st.slice_counts.push_back(slice.count);
+    }
+    st.layers = layers;
+    st.pipeline = cfg.exchange.pipeline;
+    st.bucket_bytes = static_cast<double>(cfg.exchange.bucket_bytes);
+  } else {
+    for (const auto& slice : layout::shard_slices(count, roles.shards)) {
+      st.slice_counts.push_back(slice.count);
+    }
   }
   st.batch = cfg.train.batch;
   st.total_steps = plan.total_steps;
@@ -80,6 +96,7 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
   st.timeout_s = cfg.train.timeout_ms / 1000.0;
   st.poll_max_s = cfg.sim.poll_max_us * 1e-6;
   st.ssp_bound = cfg.train.ssp_bound;
+  st.agree = cfg.train.agree_shards && t.versioned && st.slice_counts.size() > 1;
   st.lr = static_cast<float>(cfg.optim.lr * roles.rule.lr_multiplier(roles.rule.n));
   st.network = network_params(cfg.sim.latency_us, cfg.sim.bandwidth_gbps);
   st.timing = timing;
@@ -107,9 +124,17 @@ nlohmann::json sim_block(const config::Config& cfg, const SimSetup& st, const Si
               {"overhead_ms", cfg.sim.overhead_ms},
               {"apply_ms", cfg.sim.apply_ms}};
   }
+  nlohmann::json slices = nlohmann::json::array();
+  for (const auto c : st.slice_counts) slices.push_back(c);
   return {{"workers", st.workers},
           {"shards", st.slice_counts.size()},
           {"param_count", count},
+          // Whole layers per shard (with the model's layers) or equal floats.
+          {"placement", st.layers.empty() ? "floats" : "layers"},
+          {"slice_counts", slices},
+          {"pipeline", st.pipeline},
+          {"agree_shards", st.agree},
+          {"bucket_bytes", st.bucket_bytes},
           {"reply_bytes", message_bytes(st.slice_counts[0])},
           {"latency_us", cfg.sim.latency_us},
           {"poll_max_us", cfg.sim.poll_max_us},
@@ -138,7 +163,8 @@ SimulateOutcome simulate_run(const config::Config& cfg, const SimulateOptions& o
     fit_json = fit.to_json(*options.from);
   }
   const worker::StragglerModel stragglers(cfg.stragglers);
-  SimSetup st = make_setup(cfg, param_count, timing, stragglers.active() ? &stragglers : nullptr);
+  SimSetup st = make_setup(cfg, param_count, timing, stragglers.active() ? &stragglers : nullptr,
+                           options.layers);
 
   SimulateOutcome out;
   out.run_dir = metrics::create_run_dir(cfg.run.dir, cfg.run.name, cfg.run.overwrite);
