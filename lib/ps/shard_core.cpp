@@ -326,11 +326,11 @@ StepRecord ShardCore::apply(float* mean, double now) {
     // Only the chosen ones count: the others were computed, but late.
     const std::vector<int> chosen = choose_deferred();
     double loss = 0.0;
-    for (int w = 0; w < m_workers; ++w) {
-      const auto wi = static_cast<std::size_t>(w);
-      if (m_contributed[wi] && std::find(chosen.begin(), chosen.end(), w) == chosen.end()) {
-        m_contributed[wi] = 0;
-      }
+    // Marked, not searched: a thousand workers' shards apply every step.
+    std::vector<char> keep(static_cast<std::size_t>(m_workers), 0);
+    for (const int w : chosen) keep[static_cast<std::size_t>(w)] = 1;
+    for (std::size_t w = 0; w < keep.size(); ++w) {
+      if (!keep[w]) m_contributed[w] = 0;
     }
     for (auto& g : m_current.grads) {
       if (g.version != m_version) continue;  // recorded as dropped on arrival
@@ -338,9 +338,12 @@ StepRecord ShardCore::apply(float* mean, double now) {
       if (!g.accepted) ++m_drops[static_cast<std::size_t>(g.worker)];
       if (g.accepted) loss += g.loss;
     }
-    std::stable_sort(
-        m_current.grads.begin(), m_current.grads.end(),
-        [](const GradRecord& a, const GradRecord& b) { return a.arrival_s < b.arrival_s; });
+    const auto by_arrival = [](const GradRecord& a, const GradRecord& b) {
+      return a.arrival_s < b.arrival_s;
+    };
+    if (!std::is_sorted(m_current.grads.begin(), m_current.grads.end(), by_arrival)) {
+      std::stable_sort(m_current.grads.begin(), m_current.grads.end(), by_arrival);
+    }
     m_used = static_cast<int>(chosen.size());
     m_loss_sum = loss;
     m_decided.erase(m_decided.begin(), m_decided.upper_bound(m_version));
