@@ -306,8 +306,8 @@ void Engine::on_shard_message(const Event& e, double now) {
   // An event-driven shard (poll_max_s = 0) takes it at once: no draw.
   const double u =
       m_st.poll_max_s > 0.0
-          ? worker::hash_uniform(m_st.timing.seed,
-                                 kPollSalt + static_cast<std::uint64_t>(e.shard), sh.passes, 0)
+          ? worker::hash_uniform(m_st.timing.seed, kPollSalt + static_cast<std::uint64_t>(e.shard),
+                                 sh.passes, 0)
           : 0.0;
   const double next = next_poll(sh.idle_since, now, m_st.poll_max_s, u);
   if (next <= now) {
