@@ -30,13 +30,11 @@ int run_report(const std::string& dir) {
   }
   const train::RunState status = train::run_status(run);
   const bool torn_ok = !status.complete();
-  const auto steps = std::filesystem::exists(run / "steps.jsonl")
-                         ? metrics::read_steps(run / "steps.jsonl", torn_ok)
-                         : std::vector<metrics::StepRecord>{};
+  const bool has_steps = std::filesystem::exists(run / "steps.jsonl");
   const auto evals = std::filesystem::exists(run / "eval.jsonl")
                          ? metrics::read_jsonl(run / "eval.jsonl", torn_ok)
                          : std::vector<nlohmann::json>{};
-  metrics::RunInfo info;
+  metrics::RunAnalysis an;
   if (has_summary) {
     nlohmann::json summary;
     try {
@@ -44,11 +42,19 @@ int run_report(const std::string& dir) {
     } catch (const std::exception& e) {
       throw DataError((run / "summary.json").string() + ": not JSON (" + e.what() + ")");
     }
-    info = metrics::run_info_from_summary(summary);
+    // The records streamed, never held (a simulation's can be gigabytes);
+    // a simulation that kept none (sim.records = none) is its summary.
+    if (has_steps) {
+      an = metrics::analyze_file(run / "steps.jsonl", metrics::run_info_from_summary(summary),
+                                 torn_ok);
+    } else {
+      an.summary = summary;
+    }
   } else {
-    info = train::partial_run_info(run, steps, evals);
+    const auto steps = has_steps ? metrics::read_steps(run / "steps.jsonl", torn_ok)
+                                 : std::vector<metrics::StepRecord>{};
+    an = metrics::analyze(steps, train::partial_run_info(run, steps, evals));
   }
-  const auto an = metrics::analyze(steps, info);
   const std::string why = status.complete() ? "" : status.status + ": " + status.why;
   std::printf("run %s\n%s", dir.c_str(), metrics::format_report(an, evals, why).c_str());
   return 0;

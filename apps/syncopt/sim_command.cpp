@@ -18,6 +18,7 @@
 #include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
+#include "nn/graph.hpp"
 #include "plan/planner.hpp"
 #include "plan/sources.hpp"
 #include "sim/fit.hpp"
@@ -28,6 +29,31 @@
 namespace syncopt::app {
 
 // ---------------------------------------------------------------- simulate
+
+namespace {
+
+// The model's parameter groups for the simulator: floats, and the forward
+// FLOPs from each group's layer up to the next group's (the layers before
+// the first group go with it), as a share of the whole.
+std::vector<sim::LayerCost> layer_costs(const nn::Graph& graph) {
+  std::vector<sim::LayerCost> out;
+  if (graph.groups.empty()) return out;
+  std::vector<double> flops(graph.groups.size(), 0.0);
+  std::size_t g = 0;
+  for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
+    while (g + 1 < graph.groups.size() && static_cast<int>(n) >= graph.groups[g + 1].node) ++g;
+    flops[g] += static_cast<double>(graph.nodes[n].flops);
+  }
+  double total = 0.0;
+  for (const double f : flops) total += f;
+  for (std::size_t i = 0; i < graph.groups.size(); ++i) {
+    out.push_back({graph.groups[i].count,
+                   total > 0.0 ? flops[i] / total : 1.0 / static_cast<double>(flops.size())});
+  }
+  return out;
+}
+
+}  // namespace
 
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
   auto* cmd = app.add_subcommand(
@@ -75,7 +101,9 @@ int run_simulate(const SimulateArgs& args) {
   using namespace syncopt;
   const config::Config cfg = config::load(args.config_path, args.overrides);
   sim::SimulateOptions opt;
-  opt.param_count = nn::param_layout(train::expected_model_spec(cfg)).count;
+  const nn::Graph graph = nn::model_graph(train::expected_model_spec(cfg));
+  opt.param_count = graph.layout.count;
+  opt.layers = layer_costs(graph);
   if (!args.from.empty()) opt.from = args.from;
   const std::string start = train::utc_now();
   const sim::SimulateOutcome out = sim::simulate_run(cfg, opt);
@@ -192,9 +220,9 @@ std::map<int, double> plan_step_times(const PlanArgs& args, std::vector<std::str
     return plan::step_times_from_runs({args.runs.begin(), args.runs.end()}, args.workers, notes);
   }
   const config::Config cfg = config::load(args.sim_config, args.overrides);
-  const std::size_t count = cfg.sim.param_count > 0
-                                ? static_cast<std::size_t>(cfg.sim.param_count)
-                                : nn::param_layout(train::expected_model_spec(cfg)).count;
+  const nn::Graph graph = nn::model_graph(train::expected_model_spec(cfg));
+  const std::size_t count =
+      cfg.sim.param_count > 0 ? static_cast<std::size_t>(cfg.sim.param_count) : graph.layout.count;
   sim::TimingModel timing = sim::timing_from_config(cfg);
   if (!args.from.empty()) {
     timing = sim::fit_run(args.from, timing,
@@ -208,7 +236,8 @@ std::map<int, double> plan_step_times(const PlanArgs& args, std::vector<std::str
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   source = "simulation of " + args.sim_config + " (" + std::to_string(cfg.train.steps) +
            " updates per N" + (args.from.empty() ? "" : ", timing fitted to " + args.from) + ")";
-  return plan::step_times_from_sim(cfg, args.workers, count, timing, n_values, threads);
+  return plan::step_times_from_sim(cfg, args.workers, count, timing, n_values, threads,
+                                   layer_costs(graph));
 }
 
 int run_plan(const PlanArgs& args) {

@@ -77,8 +77,8 @@ struct MsgHeader {
   std::uint64_t examples = 0;       // PARAMS to evaluator: accepted examples so far;
                                     // GRAD: the oldest version the worker held of any shard
   double compute_s = 0.0;           // GRAD: the worker's compute time for this gradient
-  double vtime_s = 0.0;             // GRAD, train.clock = virtual: modelled finish time
-                                    // (compute + straggler delay) since the version's start
+  double vtime_s = 0.0;             // train.clock = virtual: GRAD, the modelled finish
+                                    // time; PARAMS, when the version started
 };
 static_assert(sizeof(MsgHeader) == 72, "MsgHeader is part of the wire format");
 

@@ -84,6 +84,8 @@ enum class StragglerModel { kNone, kBernoulli, kExponential, kLognormal, kPareto
 enum class Backend { kCpu, kCuda };
 // sim.compute_dist
 enum class ComputeDist { kLognormal, kGamma };
+// sim.records
+enum class SimRecords { kShard0, kAll, kNone };
 
 // clang-format off
 template <> struct EnumTable<ProgressOutput> {
@@ -139,6 +141,10 @@ template <> struct EnumTable<Backend> {
 template <> struct EnumTable<ComputeDist> {
   static constexpr std::array<EnumName<ComputeDist>, 2> kNames{{
       {ComputeDist::kLognormal, "lognormal"}, {ComputeDist::kGamma, "gamma"}}};
+};
+template <> struct EnumTable<SimRecords> {
+  static constexpr std::array<EnumName<SimRecords>, 3> kNames{{
+      {SimRecords::kShard0, "shard0"}, {SimRecords::kAll, "all"}, {SimRecords::kNone, "none"}}};
 };
 // clang-format on
 

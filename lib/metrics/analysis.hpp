@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -26,6 +27,10 @@ struct RunInfo {
   // or failed, nor in a simulation): summary.json's test_* are null if not.
   bool evaluated = false;
   double test_loss = 0.0, test_acc = 0.0, test_loss_ema = 0.0, test_acc_ema = 0.0;
+  // Shards whose records are analysed: 0 = all S; 1 = shard 0's alone
+  // (syncopt simulate's sim.records = shard0), when whether shards disagreed
+  // is unknown (null in the summary).
+  int recorded_shards = 0;
 };
 
 struct RunAnalysis {
@@ -39,7 +44,43 @@ struct RunAnalysis {
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path,
                                        bool torn_tail_ok = false);
 
+// The summary of a stream of step records, in memory that does not grow
+// with the records: counters per worker, one number per update, and per
+// gradient of shard 0 its compute time and its time from its version's
+// start (4 bytes each; the arrivals of a version are folded into the
+// k-th-gradient lists once every worker has sent a later one). Shard 0's
+// records must come in step order (as steps.jsonl and the simulator give
+// them), the other shards' in any order. finish() gives what analyze()
+// gives for the same records.
+class Analyzer {
+ public:
+  explicit Analyzer(const RunInfo& info);
+  ~Analyzer();
+  Analyzer(const Analyzer&) = delete;
+  Analyzer& operator=(const Analyzer&) = delete;
+  void add(const StepRecord& r);
+  // What finish() says of the run as a whole (wall time, examples, epochs,
+  // the final evaluation) may be set here until then.
+  RunInfo& info();
+  // Whether a shard-0 record came out of step order (add() ignores nothing,
+  // but the step times assume the order: use analyze() on all of them).
+  bool out_of_order() const;
+  RunAnalysis finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> m;
+};
+
+// All records at once, in any order (shard 0's are sorted by step first).
 RunAnalysis analyze(const std::vector<StepRecord>& steps, const RunInfo& info);
+
+// <path>'s records read one line at a time into an Analyzer (a file of
+// millions of gradients is never held in memory); shard 0's out of step
+// order: read whole and sorted instead. DataError / MissingInputError as
+// read_steps.
+RunAnalysis analyze_file(const std::filesystem::path& path, const RunInfo& info,
+                         bool torn_tail_ok = false);
 
 // Every record of a steps.jsonl (DataError naming the file and record).
 std::vector<StepRecord> read_steps(const std::filesystem::path& path, bool torn_tail_ok = false);

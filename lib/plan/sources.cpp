@@ -82,7 +82,8 @@ std::map<int, double> step_times_from_runs(const RunDirs& runs, int workers,
 
 std::map<int, double> step_times_from_sim(const config::Config& cfg, int workers,
                                           std::size_t param_count, const sim::TimingModel& timing,
-                                          const std::vector<int>& n_values, int threads) {
+                                          const std::vector<int>& n_values, int threads,
+                                          const std::vector<sim::LayerCost>& layers) {
   const worker::StragglerModel stragglers(cfg.stragglers);
   std::map<int, double> out;
   std::mutex mu;
@@ -95,8 +96,8 @@ std::map<int, double> step_times_from_sim(const config::Config& cfg, int workers
         c.train.mode = config::Mode::kSync;
         c.sim.workers = workers;
         c.train.backups = workers - n_values[i];
-        sim::SimSetup st =
-            sim::make_setup(c, param_count, timing, stragglers.active() ? &stragglers : nullptr);
+        sim::SimSetup st = sim::make_setup(c, param_count, timing,
+                                           stragglers.active() ? &stragglers : nullptr, layers);
         std::vector<double> t_apply;
         st.on_step = [&](metrics::StepRecord&& r) {
           if (r.shard == 0) t_apply.push_back(r.t_apply);

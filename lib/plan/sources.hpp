@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "sim/simulator.hpp"
 #include "sim/timing.hpp"
 
 namespace syncopt::plan {
@@ -30,7 +31,8 @@ std::map<int, double> step_times_from_runs(const RunDirs& runs, int workers,
 // model; the simulations run on `threads` threads.
 std::map<int, double> step_times_from_sim(const config::Config& cfg, int workers,
                                           std::size_t param_count, const sim::TimingModel& timing,
-                                          const std::vector<int>& n_values, int threads);
+                                          const std::vector<int>& n_values, int threads,
+                                          const std::vector<sim::LayerCost>& layers = {});
 
 // (N, updates to the target) of every run whose eval.jsonl reaches
 // `target_acc` (test_acc, or test_acc_ema when `ema`): its first such

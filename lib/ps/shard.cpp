@@ -272,11 +272,10 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
   if (kind == Kind::kGrad) {
     m_core.on_push(w);
     m_last_seq[wi] = h.step_seq;
-    if (m_adaptive) {
-      // When it finished, from its version's start (late ones too).
-      if (m_core.virtual_clock()) {
-        m_adaptive->on_arrival(h.param_version, h.vtime_s);
-      } else if (h.param_version == m_core.version()) {
+    if (m_adaptive && !m_core.virtual_clock()) {
+      // When it finished, from its version's start (late ones too). Under
+      // the virtual clock the core says so, in the order it takes them.
+      if (h.param_version == m_core.version()) {
         m_adaptive->on_arrival(h.param_version, seen - m_core.step_start());
       } else if (const auto it = m_version_start.find(h.param_version);
                  it != m_version_start.end()) {
@@ -341,6 +340,9 @@ void Shard::apply_one() {
     m_core.set_step_start(rec.t_apply);
   }
   if (m_roles.rule.adaptive) rec.n = rec.used;
+  if (m_adaptive && m_core.virtual_clock()) {
+    for (const auto& [version, at] : m_core.take_arrivals()) m_adaptive->on_arrival(version, at);
+  }
   if (m_adaptive) adapt(rec);
   m_current.reset();  // parameters changed: the next answer publishes anew
   m_st.steps_log->write(rec);
@@ -383,6 +385,7 @@ const comm::SharedMessage& Shard::publish() {
   Message& msg = **free;
   msg.header() = comm::make_header(Kind::kParams, m_self, m_self, m_core.version());
   msg.header().count = static_cast<std::uint32_t>(m_count);
+  msg.header().vtime_s = m_core.step_start();  // the virtual clock's worker starts from it
   std::copy_n(m_params.theta(), m_count, msg.payload());
   m_current = *free;
   return m_current;
@@ -422,6 +425,7 @@ bool Shard::answer_pulls() {
     }
     p.waiting = false;
     answered = true;
+    m_core.answered(w);
   }
   return answered;
 }

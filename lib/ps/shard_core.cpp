@@ -2,6 +2,7 @@
 #include "ps/shard_core.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "comm/protocol.hpp"
 #include "common/error.hpp"
@@ -10,6 +11,12 @@
 namespace syncopt::ps {
 
 using config::Mode;
+
+namespace {
+// Versions whose virtual start is kept: a gradient of an older one gives
+// adaptive b no arrival time (as the wall clock's shard keeps 8).
+constexpr std::size_t kVirtualStarts = 64;
+}  // namespace
 
 ShardCore::ShardCore(Mode mode, int workers, int n, std::size_t count, double timeout_s,
                      std::int64_t ssp_bound)
@@ -63,17 +70,134 @@ void ShardCore::use_virtual_clock(double apply_s) {
   }
   m_virtual = true;
   m_apply_s = apply_s;
-  m_vtime.assign(static_cast<std::size_t>(m_workers), 0.0);
+  m_vw.assign(static_cast<std::size_t>(m_workers), VWorker{});
+  for (std::size_t w = 0; w < m_vw.size(); ++w) {
+    m_vw[w].at = m_step_start;
+    if (m_retired[w]) m_vw[w].state = VState::kGone;
+  }
+  m_vstart.clear();
+  m_vstart[m_version] = m_step_start;
 }
 
-int ShardCore::expected_workers() const {
-  return static_cast<int>(std::count(m_retired.begin(), m_retired.end(), 0));
+// Virtual clock: the gradient waits in its worker's slot (a worker has at
+// most one in: it cannot compute again before it is answered) until
+// take_virtual() reaches its finish time.
+void ShardCore::on_virtual_grad(int worker, std::uint64_t version, const float* grad, float loss,
+                                double compute_s, std::uint64_t seq, double vtime) {
+  VWorker& v = m_vw[static_cast<std::size_t>(worker)];
+  if (v.state != VState::kComputing || v.owed) {
+    throw InternalError("shard core (virtual clock): a gradient from worker " +
+                        std::to_string(worker) + " before it was answered");
+  }
+  if (vtime < v.at) {
+    throw InternalError("shard core (virtual clock): worker " + std::to_string(worker) +
+                        "'s gradient finishes at " + std::to_string(vtime) +
+                        " s, before it was answered (" + std::to_string(v.at) +
+                        " s): every rank must run the same syncopt and config");
+  }
+  std::copy(grad, grad + m_count, m_slots[static_cast<std::size_t>(worker)].begin());
+  v.state = VState::kQueued;
+  v.at = vtime;
+  v.version = version;
+  v.seq = seq;
+  v.loss = loss;
+  v.compute_s = compute_s;
+  take_virtual();
+}
+
+// Takes queued gradients in the order of their finish times (ties: lower
+// worker id) while none can be overtaken: a gradient finishing at F is
+// taken once every computing worker was answered at or after F (its next
+// finish is later: compute times are > 0). Stops at a due update, which
+// apply() must apply first; a timeout deadline falls due like a gradient.
+void ShardCore::take_virtual() {
+  while (!m_due) {
+    int next = -1;
+    double safe = std::numeric_limits<double>::infinity();
+    for (int w = 0; w < m_workers; ++w) {
+      const VWorker& v = m_vw[static_cast<std::size_t>(w)];
+      if (v.state == VState::kComputing) safe = std::min(safe, v.at);
+      if (v.state == VState::kQueued &&
+          (next < 0 || v.at < m_vw[static_cast<std::size_t>(next)].at)) {
+        next = w;
+      }
+    }
+    const double at = next >= 0 ? m_vw[static_cast<std::size_t>(next)].at
+                                : std::numeric_limits<double>::infinity();
+    if (m_mode == Mode::kTimeout && m_used > 0) {
+      // A gradient finishing exactly at the deadline still counts.
+      const double deadline = m_first_accept + m_timeout_s;
+      if (deadline < at && deadline <= safe) {
+        m_due = true;
+        m_cutoff = deadline;
+        return;
+      }
+    }
+    if (next < 0 || at > safe) return;
+    take_one_virtual(next);
+  }
+}
+
+void ShardCore::take_one_virtual(int worker) {
+  const auto w = static_cast<std::size_t>(worker);
+  VWorker& v = m_vw[w];
+  v.state = VState::kWaiting;
+  if (const auto it = m_vstart.find(v.version); it != m_vstart.end()) {
+    m_arrivals.emplace_back(v.version, v.at - it->second);
+  }
+  if (v.version == m_version && !m_contributed[w]) {
+    m_contributed[w] = 1;
+    if (m_used == 0) m_first_accept = v.at;
+    ++m_used;
+    m_loss_sum += v.loss;
+    GradRecord& g = add_grad(worker, v.version, v.at - m_step_start, v.compute_s, v.loss, v.seq);
+    g.accepted = true;
+    if (full()) {
+      m_due = true;
+      m_cutoff = v.at;
+    }
+    return;  // answered with the update
+  }
+  // Late: it finished after the cutoff of its version (or during the
+  // apply that ended it); the shard takes it once free, at max(F, T).
+  const double taken = std::max(v.at, m_step_start);
+  const auto staleness =
+      static_cast<std::int64_t>(m_version) - static_cast<std::int64_t>(v.version);
+  record(worker, v.version, false, staleness, v.compute_s, v.loss, taken, v.seq);
+  owe_answer(worker, taken);
+}
+
+void ShardCore::owe_answer(int worker, double at) {
+  VWorker& v = m_vw[static_cast<std::size_t>(worker)];
+  v.at = at;
+  if (m_retired[static_cast<std::size_t>(worker)]) {
+    v.state = VState::kGone;
+    return;
+  }
+  v.state = VState::kComputing;  // its next gradient finishes after `at`
+  if (!v.owed) ++m_owed;
+  v.owed = true;
+}
+
+void ShardCore::answered(int worker) {
+  if (!m_virtual) return;
+  VWorker& v = m_vw[static_cast<std::size_t>(worker)];
+  if (v.owed) {
+    v.owed = false;
+    --m_owed;
+  }
+  take_virtual();
+}
+
+std::vector<std::pair<std::uint64_t, double>> ShardCore::take_arrivals() {
+  std::vector<std::pair<std::uint64_t, double>> out;
+  out.swap(m_arrivals);
+  return out;
 }
 
 void ShardCore::follow_leader() {
   if (!m_versioned) throw InternalError("follow_leader() for a mode without versions");
   m_follower = true;
-  m_vtime.assign(static_cast<std::size_t>(m_workers), 0.0);
 }
 
 void ShardCore::decide(std::uint64_t version, std::vector<int> workers) {
@@ -81,52 +205,30 @@ void ShardCore::decide(std::uint64_t version, std::vector<int> workers) {
   m_decided[version] = std::move(workers);
 }
 
-// Virtual clock, follower: every fresh gradient of the version is kept;
-// accepted or dropped at apply().
+// Follower: every fresh gradient of the version is kept; accepted or
+// dropped at apply(), as the leader decided.
 bool ShardCore::on_deferred_grad(int worker, std::uint64_t version, const float* grad, float loss,
-                                 double compute_s, double now, std::uint64_t seq, double vtime) {
+                                 double compute_s, double now, std::uint64_t seq) {
   const auto w = static_cast<std::size_t>(worker);
   const auto staleness = static_cast<std::int64_t>(m_version) - static_cast<std::int64_t>(version);
-  const double at = m_virtual ? vtime : now - m_step_start;
   if (version != m_version || m_contributed[w]) {
-    record(worker, version, false, staleness, compute_s, loss, m_virtual ? vtime : now, seq);
+    record(worker, version, false, staleness, compute_s, loss, now, seq);
     return false;
   }
   std::copy(grad, grad + m_count, m_slots[w].begin());
   m_contributed[w] = 1;
-  m_vtime[w] = vtime;
   ++m_used;
   m_loss_sum += loss;
-  add_grad(worker, version, at, compute_s, loss, seq);  // accepted or dropped at apply()
+  add_grad(worker, version, now - m_step_start, compute_s, loss, seq);  // decided at apply()
   return true;
 }
 
 std::vector<int> ShardCore::choose_deferred() const {
-  if (m_follower) {
-    std::vector<int> chosen;
-    for (const int w : m_decided.at(m_version)) {
-      if (m_contributed[static_cast<std::size_t>(w)]) chosen.push_back(w);
-    }
-    return chosen;
+  std::vector<int> chosen;
+  for (const int w : m_decided.at(m_version)) {
+    if (m_contributed[static_cast<std::size_t>(w)]) chosen.push_back(w);
   }
-  std::vector<int> order;
-  for (int w = 0; w < m_workers; ++w) {
-    if (m_contributed[static_cast<std::size_t>(w)]) order.push_back(w);
-  }
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    const double ta = m_vtime[static_cast<std::size_t>(a)],
-                 tb = m_vtime[static_cast<std::size_t>(b)];
-    return ta != tb ? ta < tb : a < b;
-  });
-  std::size_t take = std::min<std::size_t>(order.size(), static_cast<std::size_t>(m_n));
-  if (m_mode == Mode::kTimeout && !order.empty()) {
-    const double limit = m_vtime[static_cast<std::size_t>(order[0])] + m_timeout_s;
-    std::size_t within = 0;
-    while (within < take && m_vtime[static_cast<std::size_t>(order[within])] <= limit) ++within;
-    take = std::max<std::size_t>(1, within);
-  }
-  order.resize(take);
-  return order;
+  return chosen;
 }
 
 void ShardCore::lead() { m_leader = true; }
@@ -134,7 +236,11 @@ void ShardCore::lead() { m_leader = true; }
 bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, float loss,
                         double compute_s, double now, std::uint64_t seq, double vtime,
                         std::uint64_t oldest) {
-  if (deferred()) return on_deferred_grad(worker, version, grad, loss, compute_s, now, seq, vtime);
+  if (m_virtual) {
+    on_virtual_grad(worker, version, grad, loss, compute_s, seq, vtime);
+    return true;
+  }
+  if (deferred()) return on_deferred_grad(worker, version, grad, loss, compute_s, now, seq);
   // The first-N cutoff has one decision point: full() makes an update due
   // (ready()), and the loop applies it before it hands over the next
   // gradient, which then is of an older version and dropped as late. A loop
@@ -172,7 +278,7 @@ bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, fl
 }
 
 bool ShardCore::ready(double now) const {
-  if (m_virtual) return m_used > 0 && m_used >= expected_workers();
+  if (m_virtual) return m_due && m_owed == 0;
   if (m_follower) {
     // The leader's set is known, and each of its workers' gradients is in
     // (a worker that died meanwhile is not waited for).
@@ -210,7 +316,7 @@ bool ShardCore::full() const {
 }
 
 double ShardCore::time_to_deadline(double now) const {
-  if (deferred() || m_mode != Mode::kTimeout || m_used == 0) return -1.0;
+  if (m_virtual || deferred() || m_mode != Mode::kTimeout || m_used == 0) return -1.0;
   return std::max(0.0, m_first_accept + m_timeout_s - now);
 }
 
@@ -219,30 +325,30 @@ StepRecord ShardCore::apply(float* mean, double now) {
   if (deferred()) {
     // Only the chosen ones count: the others were computed, but late.
     const std::vector<int> chosen = choose_deferred();
-    double last = 0.0, loss = 0.0;
-    for (int w = 0; w < m_workers; ++w) {
-      const auto wi = static_cast<std::size_t>(w);
-      if (m_contributed[wi] && std::find(chosen.begin(), chosen.end(), w) == chosen.end()) {
-        m_contributed[wi] = 0;
-      }
+    double loss = 0.0;
+    // Marked, not searched: a thousand workers' shards apply every step.
+    std::vector<char> keep(static_cast<std::size_t>(m_workers), 0);
+    for (const int w : chosen) keep[static_cast<std::size_t>(w)] = 1;
+    for (std::size_t w = 0; w < keep.size(); ++w) {
+      if (!keep[w]) m_contributed[w] = 0;
     }
     for (auto& g : m_current.grads) {
       if (g.version != m_version) continue;  // recorded as dropped on arrival
       g.accepted = m_contributed[static_cast<std::size_t>(g.worker)] != 0;
       if (!g.accepted) ++m_drops[static_cast<std::size_t>(g.worker)];
-      if (g.accepted) {
-        last = std::max(last, g.arrival_s);
-        loss += g.loss;
-      }
+      if (g.accepted) loss += g.loss;
     }
-    std::stable_sort(
-        m_current.grads.begin(), m_current.grads.end(),
-        [](const GradRecord& a, const GradRecord& b) { return a.arrival_s < b.arrival_s; });
+    const auto by_arrival = [](const GradRecord& a, const GradRecord& b) {
+      return a.arrival_s < b.arrival_s;
+    };
+    if (!std::is_sorted(m_current.grads.begin(), m_current.grads.end(), by_arrival)) {
+      std::stable_sort(m_current.grads.begin(), m_current.grads.end(), by_arrival);
+    }
     m_used = static_cast<int>(chosen.size());
     m_loss_sum = loss;
-    if (m_virtual) now = m_step_start + last + m_apply_s;
     m_decided.erase(m_decided.begin(), m_decided.upper_bound(m_version));
   }
+  if (m_virtual) now = m_cutoff + m_apply_s;
   const float inv = 1.0f / static_cast<float>(m_used);
   if (m_versioned) {
     // Sum in worker order: the same N gradients give the same bits whatever
@@ -282,22 +388,43 @@ StepRecord ShardCore::apply(float* mean, double now) {
   out.t_apply = now;
   out.used = m_used;
   out.loss = static_cast<float>(m_loss_sum / m_used);
-  if (m_virtual) out.clock = "virtual";
   ++m_version;
   m_used = 0;
   m_loss_sum = 0.0;
   m_first_accept = -1.0;
   m_step_start = now;
   m_current = StepRecord{};
+  if (m_virtual) {
+    out.clock = "virtual";
+    // The contributors are answered with the new version when it is done;
+    // taking resumes once the answers owed are sent (answered()).
+    m_due = false;
+    m_vstart[m_version] = now;
+    while (m_vstart.size() > kVirtualStarts) m_vstart.erase(m_vstart.begin());
+    for (const auto& g : out.grads) {
+      if (g.accepted) owe_answer(g.worker, now);
+    }
+  }
   return out;
 }
 
 void ShardCore::on_push(int worker) { ++m_clock[static_cast<std::size_t>(worker)]; }
 
-void ShardCore::retire(int worker) { m_retired[static_cast<std::size_t>(worker)] = 1; }
+void ShardCore::retire(int worker) {
+  const auto w = static_cast<std::size_t>(worker);
+  m_retired[w] = 1;
+  if (!m_virtual) return;
+  // A gradient already in is still taken; nothing more is waited for.
+  VWorker& v = m_vw[w];
+  if (v.owed) --m_owed;
+  v.owed = false;
+  if (v.state == VState::kComputing) v.state = VState::kGone;
+  take_virtual();
+}
 
 bool ShardCore::may_answer(int worker, std::uint64_t wanted) const {
   if (wanted == comm::kAnyVersion) return true;
+  if (m_virtual) return m_vw[static_cast<std::size_t>(worker)].owed;
   if (m_versioned) return m_version > wanted;
   if (m_mode != Mode::kSsp) return true;
   std::int64_t slowest = -1;
@@ -328,6 +455,10 @@ void ShardCore::restore(const checkpoint::State& s) {
   m_version = s.get<std::uint64_t>("version");
   m_drops = drops;
   m_clock = clocks;
+  // The virtual time line starts again at the resumed version: every worker
+  // computes on it from the same instant (stragglers in flight at the
+  // checkpoint are not carried over).
+  if (m_virtual) use_virtual_clock(m_apply_s);
 }
 
 }  // namespace syncopt::ps

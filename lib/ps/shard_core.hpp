@@ -15,15 +15,24 @@
 //   async/ssp: apply every gradient on arrival (staleness = t - version).
 //   softsync: apply the mean of every c gradients, whatever their version.
 //
-// With the virtual clock (train.clock = virtual; sync and timeout) a
-// gradient carries a modelled finish time (compute + straggler delay, since
-// the version's start). The core waits for the gradient of every live
-// worker of the version, then accepts the N with the smallest finish times
-// (ties: lower worker id) -- timeout: those within timeout_s of the first,
-// at most N -- whatever order they really arrived in; the step takes the
-// last accepted finish time plus the modelled apply time, on a virtual time
-// axis. Decisions, means and records are then a pure function of the seeds:
-// bitwise repeatable for any b.
+// With the virtual clock (train.clock = virtual; sync and timeout) every
+// worker lives on a modelled time line: answered at virtual time A, it
+// finishes its gradient at F = A + compute + straggler delay (the worker
+// sends F), and the core takes the gradients in the order of F, not in the
+// order they really arrive, exactly as `syncopt simulate` takes them with
+// no network and an event-driven shard: the first N fresh ones make the
+// update due at the N-th's F (timeout: also at the first's F + timeout_s),
+// which ends apply_s later at T; a fresh gradient answers at T, a late one
+// (F past the cutoff) is dropped and answered at max(F, T of the version
+// current then) with that version. So a dropped straggler stays busy until
+// its computation ends and starts its next one from there, as in a real
+// run. Gradients are taken conservatively: one that finishes at F waits
+// until every worker still computing was answered no earlier than F (so
+// none can finish before it); a worker waiting for an answer cannot send.
+// An update is applied only once every answer owed for the version before
+// it was sent (answered()), so each worker gets the version it is owed.
+// Decisions, means and records are a pure function of the seeds: bitwise
+// repeatable for any b, whatever the machine does.
 //
 // Answering a pull (a worker asking for parameters newer than `v`):
 //   sync/timeout: once the shard's version t > v (one gradient per worker
@@ -37,6 +46,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/state.hpp"
@@ -57,7 +67,8 @@ class ShardCore {
 
   // A gradient from `worker`, computed on `version`, arrived at run time
   // `now`. Accepted ones are kept (copied) for the next update.
-  // Returns whether it was accepted.
+  // Returns whether it was accepted (virtual clock: queued, and decided
+  // once its finish time is reached; `vtime` is that finish time).
   // `oldest`: the oldest version the worker held of any shard (the leader
   // of agreeing shards accepts only a gradient fresh on every shard).
   bool on_grad(int worker, std::uint64_t version, const float* grad, float loss, double compute_s,
@@ -71,6 +82,13 @@ class ShardCore {
   // time after its last accepted gradient. Only for sync and timeout.
   void use_virtual_clock(double apply_s);
   bool virtual_clock() const { return m_virtual; }
+  // Virtual clock: the answer to `worker`'s request was sent (a no-op on the
+  // wall clock). Gradients wait for it before the next update is applied.
+  void answered(int worker);
+  // Virtual clock: (version, F - that version's start) of every gradient
+  // taken since the last call, in the order taken (adaptive b's arrivals,
+  // the same on every shard and in every run).
+  std::vector<std::pair<std::uint64_t, double>> take_arrivals();
 
   // Several shards, wall clock (sync, timeout): shard 0 decides which
   // workers an update averages and the others follow, so that every shard
@@ -133,14 +151,20 @@ class ShardCore {
   void record(int worker, std::uint64_t version, bool accepted, std::int64_t staleness,
               double compute_s, float loss, double now, std::uint64_t seq);
   bool on_deferred_grad(int worker, std::uint64_t version, const float* grad, float loss,
-                        double compute_s, double now, std::uint64_t seq, double vtime);
+                        double compute_s, double now, std::uint64_t seq);
   // The workers an update averages when the choice is deferred to apply():
-  // the N smallest finish times (virtual), or the leader's set (follower).
+  // the leader's set (follower).
   std::vector<int> choose_deferred() const;
-  bool deferred() const { return m_virtual || m_follower; }
+  bool deferred() const { return m_follower; }
+  // Virtual clock: queue a gradient finishing at `vtime`, take what can be
+  // taken in the order of finish times, and the bookkeeping of answers.
+  void on_virtual_grad(int worker, std::uint64_t version, const float* grad, float loss,
+                       double compute_s, std::uint64_t seq, double vtime);
+  void take_virtual();
+  void take_one_virtual(int worker);
+  void owe_answer(int worker, double at);
   // Enough gradients for an update (N; one in async and ssp).
   bool full() const;
-  int expected_workers() const;
 
   config::Mode m_mode;
   bool m_versioned;
@@ -162,7 +186,27 @@ class ShardCore {
   bool m_virtual = false;
   bool m_mean_finite = true;
   double m_apply_s = 0.0;
-  std::vector<double> m_vtime;  // virtual: finish time per contributing worker
+  // Virtual clock: where each worker is on its time line.
+  enum class VState : std::uint8_t {
+    kComputing,  // answered at `at`: its next gradient finishes after it
+    kQueued,     // its gradient (finishing at `at`) is in, not yet taken
+    kWaiting,    // taken, its answer not yet decided (a contributor: at the update)
+    kGone,       // retired
+  };
+  struct VWorker {
+    VState state = VState::kComputing;
+    bool owed = false;  // an answer is decided and not yet sent
+    double at = 0.0;
+    std::uint64_t version = 0, seq = 0;
+    float loss = 0.0f;
+    double compute_s = 0.0;
+  };
+  std::vector<VWorker> m_vw;
+  int m_owed = 0;                            // answers decided and not yet sent
+  bool m_due = false;                        // the next update is due (at m_cutoff)
+  double m_cutoff = 0.0;                     // its virtual time: the N-th finish, or the deadline
+  std::map<std::uint64_t, double> m_vstart;  // recent versions' virtual starts
+  std::vector<std::pair<std::uint64_t, double>> m_arrivals;
   bool m_follower = false;
   bool m_leader = false;
   std::map<std::uint64_t, std::vector<int>> m_decided;  // follower: version -> workers

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -40,7 +41,8 @@ std::int64_t nominal_train_count(const config::Config& cfg) {
 }
 
 SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const TimingModel& timing,
-                    const worker::StragglerModel* stragglers) {
+                    const worker::StragglerModel* stragglers,
+                    const std::vector<LayerCost>& layers) {
   const auto mode = cfg.train.mode;
   const auto& t = config::traits(mode);
   if (!t.uses_ps) {
@@ -70,8 +72,23 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
   st.n = roles.rule.n;
   const std::size_t count =
       cfg.sim.param_count > 0 ? static_cast<std::size_t>(cfg.sim.param_count) : param_count;
-  for (const auto& slice : layout::shard_slices(count, roles.shards)) {
-    st.slice_counts.push_back(slice.count);
+  // A model of fewer layers than shards cannot be placed by layers: equal
+  // slices of floats, whole messages (the summary's sim.placement says so).
+  if (cfg.sim.param_count == 0 && layers.size() >= static_cast<std::size_t>(roles.shards) &&
+      !layers.empty()) {
+    // Whole layers per shard, as the pipelined exchange places them.
+    std::vector<std::size_t> counts;
+    for (const auto& l : layers) counts.push_back(l.count);
+    for (const auto& slice : layout::balanced_slices(counts, roles.shards)) {
+      st.slice_counts.push_back(slice.count);
+    }
+    st.layers = layers;
+    st.pipeline = cfg.exchange.pipeline;
+    st.bucket_bytes = static_cast<double>(cfg.exchange.bucket_bytes);
+  } else {
+    for (const auto& slice : layout::shard_slices(count, roles.shards)) {
+      st.slice_counts.push_back(slice.count);
+    }
   }
   st.batch = cfg.train.batch;
   st.total_steps = plan.total_steps;
@@ -79,6 +96,7 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
   st.timeout_s = cfg.train.timeout_ms / 1000.0;
   st.poll_max_s = cfg.sim.poll_max_us * 1e-6;
   st.ssp_bound = cfg.train.ssp_bound;
+  st.agree = cfg.train.agree_shards && t.versioned && st.slice_counts.size() > 1;
   st.lr = static_cast<float>(cfg.optim.lr * roles.rule.lr_multiplier(roles.rule.n));
   st.network = network_params(cfg.sim.latency_us, cfg.sim.bandwidth_gbps);
   st.timing = timing;
@@ -88,7 +106,8 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
 
 namespace {
 
-constexpr std::size_t kFlushBytes = 1 << 22;  // steps.jsonl is written in blocks of 4 MiB
+constexpr std::size_t kFlushBytes =
+    1 << 22;  // the other shards' records are copied in blocks of 4 MiB
 
 // What was modelled, for the summary's "sim" block.
 nlohmann::json sim_block(const config::Config& cfg, const SimSetup& st, const SimResult& r,
@@ -105,9 +124,17 @@ nlohmann::json sim_block(const config::Config& cfg, const SimSetup& st, const Si
               {"overhead_ms", cfg.sim.overhead_ms},
               {"apply_ms", cfg.sim.apply_ms}};
   }
+  nlohmann::json slices = nlohmann::json::array();
+  for (const auto c : st.slice_counts) slices.push_back(c);
   return {{"workers", st.workers},
           {"shards", st.slice_counts.size()},
           {"param_count", count},
+          // Whole layers per shard (with the model's layers) or equal floats.
+          {"placement", st.layers.empty() ? "floats" : "layers"},
+          {"slice_counts", slices},
+          {"pipeline", st.pipeline},
+          {"agree_shards", st.agree},
+          {"bucket_bytes", st.bucket_bytes},
           {"reply_bytes", message_bytes(st.slice_counts[0])},
           {"latency_us", cfg.sim.latency_us},
           {"poll_max_us", cfg.sim.poll_max_us},
@@ -115,6 +142,7 @@ nlohmann::json sim_block(const config::Config& cfg, const SimSetup& st, const Si
           {"stragglers", cfg.stragglers.model},
           {"timing", timing},
           {"seed", cfg.sim.seed},
+          {"records", config::to_string(cfg.sim.records)},
           {"events", r.events},
           {"gradients", r.gradients},
           {"cpu_s", cpu_s}};
@@ -135,37 +163,27 @@ SimulateOutcome simulate_run(const config::Config& cfg, const SimulateOptions& o
     fit_json = fit.to_json(*options.from);
   }
   const worker::StragglerModel stragglers(cfg.stragglers);
-  SimSetup st = make_setup(cfg, param_count, timing, stragglers.active() ? &stragglers : nullptr);
+  SimSetup st = make_setup(cfg, param_count, timing, stragglers.active() ? &stragglers : nullptr,
+                           options.layers);
 
   SimulateOutcome out;
   out.run_dir = metrics::create_run_dir(cfg.run.dir, cfg.run.name, cfg.run.overwrite);
   metrics::write_file_atomic(out.run_dir / "config.toml", config::to_toml(cfg));
-  metrics::JsonlWriter steps(out.run_dir / "steps.jsonl");
+  // The records are written as they come and summarised on the way, never
+  // kept: a thousand workers make ten million gradient records per shard
+  // and 10,000 steps. steps.jsonl as in a real run: shard 0's records, then
+  // (sim.records = all) the other shards', parked in a file of their own.
+  const auto records = cfg.sim.records;
+  std::optional<metrics::JsonlWriter> steps, others;
+  if (records != config::SimRecords::kNone) steps.emplace(out.run_dir / "steps.jsonl");
+  const auto others_path = out.run_dir / "steps.others.jsonl.tmp";
+  if (records == config::SimRecords::kAll && st.slice_counts.size() > 1) {
+    others.emplace(others_path);
+  }
   // TensorBoard as in a real run, shard 0's records only; the wall-time axis
   // is the simulated time from the moment the simulation started.
   const RunClock clock;
   const auto board = metrics::open_run_board(cfg.run, out.run_dir, "sim", clock);
-  // As in a real run: shard 0's records first, the other shards' after them.
-  std::vector<metrics::StepRecord> records;
-  std::string shard0, others;
-  st.on_step = [&](metrics::StepRecord&& r) {
-    r.clock = "simulated";
-    metrics::append_json_line(r.shard == 0 ? shard0 : others, r);
-    if (board && r.shard == 0) board->step(r);
-    if (shard0.size() > kFlushBytes) {
-      steps.write_raw(shard0);
-      shard0.clear();
-    }
-    records.push_back(std::move(r));
-  };
-  const auto t0 = std::chrono::steady_clock::now();
-  out.result = simulate(st);
-  out.cpu_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  steps.write_raw(shard0);
-  steps.write_raw(others);
-  steps.flush();
-  if (board) board->flush();
-
   metrics::RunInfo info;
   info.mode = st.mode;
   info.n = st.n;
@@ -173,11 +191,43 @@ SimulateOutcome simulate_run(const config::Config& cfg, const SimulateOptions& o
   info.shards = static_cast<int>(st.slice_counts.size());
   info.workers = st.workers;
   info.batch = cfg.train.batch;
-  info.wall_s = out.result.end_s;
-  info.examples = out.result.examples;
-  info.epochs =
+  info.recorded_shards = records == config::SimRecords::kAll ? 0 : 1;
+  metrics::Analyzer analyzer(info);
+  std::string line;
+  st.on_step = [&](metrics::StepRecord&& r) {
+    r.clock = "simulated";
+    const bool first = r.shard == 0;
+    if (first || records == config::SimRecords::kAll) analyzer.add(r);
+    if (first && board) board->step(r);
+    auto* file = first ? (steps ? &*steps : nullptr) : (others ? &*others : nullptr);
+    if (file != nullptr) {
+      line.clear();
+      metrics::append_json_line(line, r);
+      file->write_raw(line);
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  out.result = simulate(st);
+  out.cpu_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (others) {
+    others->flush();
+    others.reset();
+    std::ifstream in(others_path, std::ios::binary);
+    std::string block(kFlushBytes, '\0');
+    while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {
+      steps->write_raw(block.substr(0, static_cast<std::size_t>(in.gcount())));
+    }
+    std::filesystem::remove(others_path);
+  }
+  if (steps) steps->flush();
+  if (board) board->flush();
+
+  metrics::RunInfo& final_info = analyzer.info();
+  final_info.wall_s = out.result.end_s;
+  final_info.examples = out.result.examples;
+  final_info.epochs =
       static_cast<double>(out.result.examples) / static_cast<double>(nominal_train_count(cfg));
-  metrics::RunAnalysis an = metrics::analyze(records, info);
+  metrics::RunAnalysis an = analyzer.finish();
   an.summary["clock"] = "simulated";
   an.summary["sim"] = sim_block(cfg, st, out.result, fit_json, out.cpu_s);
   metrics::write_file_atomic(out.run_dir / "summary.json", an.summary.dump(2) + "\n");

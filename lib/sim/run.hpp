@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "sim/simulator.hpp"
@@ -25,13 +26,18 @@ std::int64_t nominal_train_count(const config::Config& cfg);
 // The simulation a config describes: K = sim.workers, S = cluster.ps,
 // N from train.mode and train.backups, the run length from train.steps or
 // train.epochs, messages from `param_count` floats (sim.param_count wins
-// when set), the network and the given timing from [sim]. `stragglers`
-// must outlive the setup.
+// when set), the network and the given timing from [sim]. With the model's
+// `layers` (and no sim.param_count) the shards hold whole layers
+// (layout::balanced_slices) and exchange.pipeline and bucket_bytes apply;
+// without, equal slices of floats and whole messages. `stragglers` must
+// outlive the setup.
 SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const TimingModel& timing,
-                    const worker::StragglerModel* stragglers);
+                    const worker::StragglerModel* stragglers,
+                    const std::vector<LayerCost>& layers = {});
 
 struct SimulateOptions {
   std::size_t param_count = 0;                // the model's (the caller knows the data's shape)
+  std::vector<LayerCost> layers;              // the model's layers, in forward order
   std::optional<std::filesystem::path> from;  // a real run to fit the timing to
 };
 

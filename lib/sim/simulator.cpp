@@ -23,6 +23,18 @@ constexpr std::uint64_t kAnyVersion = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint64_t kNoVersion = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint64_t kShuffleSalt = 0x5348554646ULL;  // shard ids apart from worker ids
 constexpr std::uint64_t kPollSalt = 0x504F4C4CULL;
+// The share of a training step's compute in the forward pass: the backward
+// pass computes two products per layer (the gradients of the input and of
+// the weights) for the forward's one.
+constexpr double kForwardShare = 1.0 / 3.0;
+
+// A pipelined shard's bucket: layers [first, last) of the model, and the
+// share of its slice's bytes applied once it is (forward order).
+struct Bucket {
+  int first = 0, last = 0;
+  std::size_t count = 0;
+  double applied = 1.0;
+};
 
 struct ShardState {
   ShardState(const SimSetup& st, std::size_t slice_count)
@@ -46,6 +58,11 @@ struct ShardState {
   std::uint64_t deadline_version = kNoVersion;
   // ssp: how many workers hold each clock value (the slowest is first).
   std::map<std::int64_t, int> clocks;
+  // Pipelined: the buckets in forward order; the last update of this pass
+  // (its replies leave bucket by bucket as it is applied).
+  std::vector<Bucket> buckets;
+  bool applied_in_pass = false;
+  double apply_start = 0.0, apply_end = 0.0;
 };
 
 struct WorkerState {
@@ -54,6 +71,13 @@ struct WorkerState {
   std::uint64_t seq = 0;
   int group = 1;           // workers shard 0 answered together with this one
   double compute_s = 0.0;  // of the gradient being computed
+  // Pipelined: when the first parameters of the next version came in, and
+  // when the last bucket of the gradient in flight is sent.
+  double first_reply = std::numeric_limits<double>::infinity();
+  double busy_until = 0.0;
+  // The oldest version of any shard the gradient in flight was computed on
+  // (a pipelined worker hears from the top shards before it is done).
+  std::uint64_t oldest = 0;
 };
 
 class Engine {
@@ -76,9 +100,15 @@ class Engine {
   void end_pass(int s, double now);
   void on_deadline(const Event& e, double now);
   void answer_pulls(int s, double now);
-  void send_reply(int s, int w, int group, double now);
+  Event reply(int s, int w, int group, double now);
   void on_reply(const Event& e, double now);
   void on_worker_sends(const Event& e, double now);
+  void send_bucket(const Event& e, double now);
+  void start_pipelined(int w, double now, double overhead, double busy);
+  void answer_pipelined(int s, double now);
+  void place_layers();
+  void send_decision(const metrics::StepRecord& rec, double now);
+  std::uint64_t oldest_version(int w) const;
   bool ssp_push(ShardState& sh, int w);
   bool done_training(const ShardState& sh) const;
 
@@ -94,6 +124,17 @@ class Engine {
   std::uint64_t m_gradients = 0;
   std::vector<Event> m_batch;                  // run_pass's messages
   std::vector<int> m_answer, m_still_waiting;  // answer_pulls' lists
+  // Pipelined exchange: per layer, its shard and bucket; per worker and
+  // layer, when its parameters arrived.
+  bool m_pipelined = false;
+  std::vector<int> m_layer_shard, m_layer_bucket;
+  std::vector<double> m_param_at;  // [worker * layers + layer]
+  // Agreeing shards: shard 0's choices on their way to the followers.
+  struct Decision {
+    std::vector<int> workers;
+    int followers = 0;  // yet to take it
+  };
+  std::map<std::uint64_t, Decision> m_decisions;
 };
 
 Engine::Engine(const SimSetup& st)
@@ -120,8 +161,63 @@ Engine::Engine(const SimSetup& st)
   }
   m_shards.reserve(st.slice_counts.size());
   for (const std::size_t count : st.slice_counts) m_shards.emplace_back(st, count);
+  place_layers();
+  if (st.agree) {
+    m_shards[0].core.lead();
+    for (std::size_t s = 1; s < m_shards.size(); ++s) m_shards[s].core.follow_leader();
+  }
   if (st.mode == Mode::kSsp) {
     for (auto& sh : m_shards) sh.clocks[0] = st.workers;
+  }
+}
+
+// Which shard holds each layer, and each shard's buckets (pipelined).
+void Engine::place_layers() {
+  if (m_st.layers.empty()) return;
+  const int layers = static_cast<int>(m_st.layers.size());
+  m_layer_shard.assign(static_cast<std::size_t>(layers), 0);
+  m_layer_bucket.assign(static_cast<std::size_t>(layers), 0);
+  int l = 0;
+  for (int s = 0; s < shards(); ++s) {
+    ShardState& sh = m_shards[static_cast<std::size_t>(s)];
+    const int first = l;
+    std::size_t held = 0;
+    while (held < sh.count && l < layers) held += m_st.layers[static_cast<std::size_t>(l++)].count;
+    if (held != sh.count || l == first) {
+      throw InternalError("simulation: shard " + std::to_string(s) + "'s slice of " +
+                          std::to_string(sh.count) + " floats is not whole layers");
+    }
+    // Buckets from the top layer down, each of at least bucket_bytes.
+    std::vector<Bucket> down;
+    Bucket b;
+    b.last = l;
+    for (int k = l - 1; k >= first; --k) {
+      b.count += m_st.layers[static_cast<std::size_t>(k)].count;
+      b.first = k;
+      if (4.0 * static_cast<double>(b.count) >= m_st.bucket_bytes || k == first) {
+        down.push_back(b);
+        b = Bucket{};
+        b.last = k;
+      }
+    }
+    sh.buckets.assign(down.rbegin(), down.rend());
+    std::size_t done = 0;
+    for (std::size_t j = 0; j < sh.buckets.size(); ++j) {
+      Bucket& bk = sh.buckets[j];
+      done += bk.count;
+      bk.applied = static_cast<double>(done) / static_cast<double>(sh.count);
+      for (int k = bk.first; k < bk.last; ++k) {
+        m_layer_shard[static_cast<std::size_t>(k)] = s;
+        m_layer_bucket[static_cast<std::size_t>(k)] = static_cast<int>(j);
+      }
+    }
+  }
+  if (l != layers) {
+    throw InternalError("simulation: the shards' slices do not cover the model's layers");
+  }
+  m_pipelined = m_st.pipeline;
+  if (m_pipelined) {
+    m_param_at.assign(static_cast<std::size_t>(m_st.workers) * m_st.layers.size(), 0.0);
   }
 }
 
@@ -158,15 +254,16 @@ void Engine::start() {
   }
   for (int w = 0; w < m_st.workers; ++w) {
     m_workers[static_cast<std::size_t>(w)].outstanding = shards();
+    Event* run = m_queue.begin_run(static_cast<std::size_t>(shards()));
     for (int s = 0; s < shards(); ++s) {
-      Event e;
+      Event& e = run[s];
       e.kind = EventKind::kPullArrives;
       e.shard = s;
       e.worker = w;
       e.version = kAnyVersion;
       e.t = m_net.transfer(node_of_worker(w), s, 0.0, kHeaderBytes);
-      m_queue.push(e);
     }
+    m_queue.end_run();
   }
 }
 
@@ -174,6 +271,7 @@ void Engine::dispatch(const Event& e, double now) {
   switch (e.kind) {
     case EventKind::kPullArrives:
     case EventKind::kGradArrives:
+    case EventKind::kDecision:
       on_shard_message(e, now);
       break;
     case EventKind::kBatchDone:
@@ -205,8 +303,12 @@ void Engine::on_shard_message(const Event& e, double now) {
   ShardState& sh = m_shards[static_cast<std::size_t>(e.shard)];
   sh.inbox.push_back(e);
   if (sh.busy || sh.polling) return;
-  const double u = worker::hash_uniform(
-      m_st.timing.seed, kPollSalt + static_cast<std::uint64_t>(e.shard), sh.passes, 0);
+  // An event-driven shard (poll_max_s = 0) takes it at once: no draw.
+  const double u =
+      m_st.poll_max_s > 0.0
+          ? worker::hash_uniform(m_st.timing.seed, kPollSalt + static_cast<std::uint64_t>(e.shard),
+                                 sh.passes, 0)
+          : 0.0;
   const double next = next_poll(sh.idle_since, now, m_st.poll_max_s, u);
   if (next <= now) {
     run_pass(e.shard, now);
@@ -272,12 +374,18 @@ void Engine::shuffle_pass(int s, std::uint64_t pass) {
 // One message into the shard core (a gradient) and the list of pulls.
 void Engine::take(ShardState& sh, const Event& e, double seen) {
   const int w = e.worker;
+  if (e.kind == EventKind::kDecision) {
+    const auto it = m_decisions.find(e.version);
+    sh.core.decide(e.version, it->second.workers);
+    if (--it->second.followers == 0) m_decisions.erase(it);
+    return;
+  }
   if (e.kind == EventKind::kGradArrives) {
     sh.core.on_push(w);
     if (m_st.mode == Mode::kSsp) sh.recheck = ssp_push(sh, w) || sh.recheck;
     if (!sh.finished) {
       const float dummy = 0.0f;
-      sh.core.on_grad(w, e.version, &dummy, 0.0f, e.compute_s, seen, e.seq);
+      sh.core.on_grad(w, e.version, &dummy, 0.0f, e.compute_s, seen, e.seq, 0.0, e.oldest);
     }
   }
   sh.wanted[static_cast<std::size_t>(w)] = e.version;
@@ -291,7 +399,11 @@ double Engine::apply_due(int s, double t) {
   while (!sh.finished && sh.core.ready(t)) {
     float mean = 0.0f;
     metrics::StepRecord rec = sh.core.apply(&mean, t);
+    sh.applied_in_pass = true;
+    sh.apply_start = t;
     t += m_st.timing.apply_s_of(s, rec.version);
+    sh.apply_end = t;
+    if (m_st.agree && s == 0) send_decision(rec, sh.apply_start);
     rec.shard = s;
     rec.lr = m_st.lr;
     rec.t_apply = t;
@@ -324,6 +436,7 @@ void Engine::arm_deadline(int s, double t) {
 void Engine::end_pass(int s, double now) {
   ShardState& sh = m_shards[static_cast<std::size_t>(s)];
   answer_pulls(s, now);
+  sh.applied_in_pass = false;
   sh.busy = false;
   sh.idle_since = now;
   if (!sh.inbox.empty() || (!sh.finished && sh.core.ready(now))) run_pass(s, now);
@@ -376,11 +489,20 @@ void Engine::answer_pulls(int s, double now) {
   sh.recheck = false;
   sh.pending.insert(sh.pending.end(), m_still_waiting.begin(), m_still_waiting.end());
   std::sort(m_answer.begin(), m_answer.end());
-  for (const int w : m_answer) send_reply(s, w, static_cast<int>(m_answer.size()), now);
+  if (m_pipelined && !sh.finished) {
+    answer_pipelined(s, now);
+    return;
+  }
+  // The replies leave one after another over the shard's link: one run.
+  Event* run = m_queue.begin_run(m_answer.size());
+  for (std::size_t i = 0; i < m_answer.size(); ++i) {
+    run[i] = reply(s, m_answer[i], static_cast<int>(m_answer.size()), now);
+  }
+  m_queue.end_run();
 }
 
 // Sends worker `w` the shard's parameters (or STOP after the last update).
-void Engine::send_reply(int s, int w, int group, double now) {
+Event Engine::reply(int s, int w, int group, double now) {
   ShardState& sh = m_shards[static_cast<std::size_t>(s)];
   Event e;
   e.group = group;
@@ -391,7 +513,7 @@ void Engine::send_reply(int s, int w, int group, double now) {
   e.version = sh.core.version();
   const double bytes = sh.finished ? kHeaderBytes : message_bytes(sh.count);
   e.t = m_net.transfer(s, node_of_worker(w), now, bytes);
-  m_queue.push(e);
+  return e;
 }
 
 void Engine::on_reply(const Event& e, double now) {
@@ -407,6 +529,8 @@ void Engine::on_reply(const Event& e, double now) {
   }
   if (--ws.outstanding > 0) return;
   if (ws.stopped == shards()) return;  // every shard said STOP: this worker is done
+  const double first_reply = ws.first_reply;
+  ws.first_reply = std::numeric_limits<double>::infinity();
   // Overhead, compute and the straggler's delay, then the gradient goes out.
   TimingModel::Draw draw;
   draw.worker = e.worker;
@@ -417,6 +541,14 @@ void Engine::on_reply(const Event& e, double now) {
   const double c = m_st.timing.compute_s(draw);
   const double d = m_st.stragglers ? m_st.stragglers->delay_s(e.worker, ws.seq, c) : 0.0;
   ws.compute_s = c;
+  ws.oldest = oldest_version(e.worker);
+  if (m_pipelined) {
+    // The batch is loaded from the first parameters in (not before the
+    // last gradient's backward is done), then layer by layer.
+    start_pipelined(e.worker, std::max(first_reply, ws.busy_until), m_st.timing.overhead_s_of(draw),
+                    c + d);
+    return;
+  }
   Event send;
   send.kind = EventKind::kWorkerSends;
   send.worker = e.worker;
@@ -425,23 +557,154 @@ void Engine::on_reply(const Event& e, double now) {
 }
 
 void Engine::on_worker_sends(const Event& e, double now) {
+  if (e.bucket >= 0) {
+    send_bucket(e, now);
+    return;
+  }
   const auto w = static_cast<std::size_t>(e.worker);
   WorkerState& ws = m_workers[w];
   ws.outstanding = shards();
+  Event* run = m_queue.begin_run(static_cast<std::size_t>(shards()));
   for (int s = 0; s < shards(); ++s) {
-    Event g;
+    Event& g = run[s];
     g.kind = EventKind::kGradArrives;
     g.shard = s;
     g.worker = e.worker;
     g.version = m_versions[w * m_shards.size() + static_cast<std::size_t>(s)];
     g.seq = ws.seq;
     g.compute_s = ws.compute_s;
+    g.oldest = ws.oldest;
     g.t = m_net.transfer(node_of_worker(e.worker), s, now,
                          message_bytes(m_shards[static_cast<std::size_t>(s)].count));
-    m_queue.push(g);
   }
+  m_queue.end_run();
   ++ws.seq;
   ++m_gradients;
+}
+
+// Pipelined replies: to every worker answered, in worker order (first come
+// first served over the shard's link, as whole replies are), its buckets in
+// forward order, each as soon as the update has applied it (at once when
+// none was applied in this pass); the last bucket is the reply event, the
+// others only occupy the links and say when each layer's parameters are in.
+void Engine::answer_pipelined(int s, double now) {
+  ShardState& sh = m_shards[static_cast<std::size_t>(s)];
+  const std::size_t layers = m_st.layers.size();
+  const int group = static_cast<int>(m_answer.size());
+  const bool applying = sh.applied_in_pass && sh.apply_end == now;
+  Event* run = m_queue.begin_run(m_answer.size());
+  for (std::size_t i = 0; i < m_answer.size(); ++i) {
+    const int w = m_answer[i];
+    WorkerState& ws = m_workers[static_cast<std::size_t>(w)];
+    double at = now;
+    for (const Bucket& b : sh.buckets) {
+      const double ready =
+          applying ? sh.apply_start + (sh.apply_end - sh.apply_start) * b.applied : now;
+      at = m_net.transfer(s, node_of_worker(w), ready, message_bytes(b.count));
+      ws.first_reply = std::min(ws.first_reply, at);
+      for (int k = b.first; k < b.last; ++k) {
+        m_param_at[static_cast<std::size_t>(w) * layers + static_cast<std::size_t>(k)] = at;
+      }
+    }
+    Event& e = run[i];
+    e.group = group;
+    e.kind = EventKind::kReplyArrives;
+    e.shard = s;
+    e.worker = w;
+    e.version = sh.core.version();
+    e.t = at;
+  }
+  m_queue.end_run();
+}
+
+// A pipelined gradient's timeline, from `start`: the batch (overhead), each
+// layer's forward once its parameters are in, then backward from the top,
+// each bucket sent when its lowest layer is done: one run of sends.
+void Engine::start_pipelined(int w, double start, double overhead, double busy) {
+  const std::size_t layers = m_st.layers.size();
+  const double* param_at = &m_param_at[static_cast<std::size_t>(w) * layers];
+  double t = start + overhead;
+  for (std::size_t k = 0; k < layers; ++k) {
+    t = std::max(t, param_at[k]) + busy * kForwardShare * m_st.layers[k].flops_share;
+  }
+  std::size_t buckets = 0;
+  for (const auto& sh : m_shards) buckets += sh.buckets.size();
+  Event* run = m_queue.begin_run(buckets);
+  std::size_t n = 0;
+  for (std::size_t k = layers; k-- > 0;) {
+    t += busy * (1.0 - kForwardShare) * m_st.layers[k].flops_share;
+    const int s = m_layer_shard[k];
+    const int j = m_layer_bucket[k];
+    if (m_shards[static_cast<std::size_t>(s)].buckets[static_cast<std::size_t>(j)].first !=
+        static_cast<int>(k)) {
+      continue;  // the bucket's lowest layer is not done yet
+    }
+    Event& e = run[n++];
+    e.kind = EventKind::kWorkerSends;
+    e.worker = w;
+    e.shard = s;
+    e.bucket = j;
+    e.t = t;
+  }
+  m_queue.end_run();
+  m_workers[static_cast<std::size_t>(w)].busy_until = t;
+}
+
+// One bucket of a pipelined gradient leaves; the shard has the gradient
+// when its last (lowest) bucket is in. The top bucket opens the round.
+void Engine::send_bucket(const Event& e, double now) {
+  const auto w = static_cast<std::size_t>(e.worker);
+  WorkerState& ws = m_workers[w];
+  const int s = e.shard;
+  const ShardState& sh = m_shards[static_cast<std::size_t>(s)];
+  const Bucket& b = sh.buckets[static_cast<std::size_t>(e.bucket)];
+  if (s == shards() - 1 && e.bucket + 1 == static_cast<int>(sh.buckets.size())) {
+    ws.outstanding = shards();  // the first bucket: every shard will answer
+  }
+  const double at = m_net.transfer(node_of_worker(e.worker), s, now, message_bytes(b.count));
+  if (e.bucket != 0) return;
+  Event g;
+  g.kind = EventKind::kGradArrives;
+  g.shard = s;
+  g.worker = e.worker;
+  g.version = m_versions[w * m_shards.size() + static_cast<std::size_t>(s)];
+  g.seq = ws.seq;
+  g.compute_s = ws.compute_s;
+  g.oldest = ws.oldest;
+  g.t = at;
+  m_queue.push(g);
+  if (s == 0) {  // the gradient's last bucket
+    ++ws.seq;
+    ++m_gradients;
+  }
+}
+
+// The oldest version worker `w` holds of any shard (a GRAD says so, for the
+// leader of agreeing shards).
+std::uint64_t Engine::oldest_version(int w) const {
+  const auto* v = &m_versions[static_cast<std::size_t>(w) * m_shards.size()];
+  return *std::min_element(v, v + m_shards.size());
+}
+
+// Shard 0 tells every other shard which workers update `rec.version`
+// averaged: one small message each, as ps/shard.cpp's send_decision.
+void Engine::send_decision(const metrics::StepRecord& rec, double now) {
+  Decision d;
+  for (const auto& g : rec.grads) {
+    if (g.accepted && g.version == rec.version) d.workers.push_back(g.worker);
+  }
+  d.followers = shards() - 1;
+  const double bytes = message_bytes(d.workers.size());
+  m_decisions[rec.version] = std::move(d);
+  for (int s = 1; s < shards(); ++s) {
+    Event e;
+    e.kind = EventKind::kDecision;
+    e.shard = s;
+    e.worker = 0;
+    e.version = rec.version;
+    e.t = m_net.transfer(0, s, now, bytes);
+    m_queue.push(e);
+  }
 }
 
 }  // namespace

@@ -23,7 +23,29 @@
 //           complete an update, applied at once; the pulls are answered at
 //           the end of the pass, with the version current then.
 // Messages cross the network model (network.hpp); waiting pulls are
-// answered in worker order, as the real shard loop does.
+// answered in worker order, as the real shard loop does. Agreeing shards
+// (train.agree_shards, several shards, sync and timeout) work as in a real
+// run: shard 0 decides each update's workers (accepting a gradient only if
+// it was fresh on every shard) and sends its choice to the others, which
+// apply once it is in, with the gradients it names.
+//
+// The pipelined exchange (exchange.pipeline = true, with the model's layers
+// known): a shard's slice is whole layers (layout::balanced_slices), cut
+// into buckets of at least exchange.bucket_bytes, formed from its top layer
+// down (PyTorch DDP's order). A shard applies an update bucket by bucket in
+// forward order (apply_s split by bytes); each worker it answers gets its
+// buckets in forward order, each no earlier than it is applied, the workers
+// one after another in worker order over the shard's link (first come first
+// served, as whole replies are). A worker's compute time c plus its
+// straggler delay d (a slow machine is slow at every layer) is split over
+// the layers by their forward FLOPs, a third for the forward pass and two
+// thirds for the backward (backward costs about twice the forward); it
+// loads its batch (overhead o) from the moment its first parameters arrive,
+// runs each layer's forward once that layer's parameters are in, and sends
+// each bucket of gradients as soon as backward has produced it (the top
+// layers first). A shard takes a gradient when its last bucket is in.
+// Without the pipeline (or without layers: sim.param_count) the whole
+// slice goes in one message each way, after the whole computation.
 #pragma once
 
 #include <cstdint>
@@ -39,11 +61,28 @@
 
 namespace syncopt::sim {
 
+// One parameter group of the model (a layer's weights and biases), in
+// forward order: its floats and its share of the forward FLOPs (the
+// parameter-free layers after it, up to the next group, counted with it).
+struct LayerCost {
+  std::size_t count = 0;
+  double flops_share = 0.0;
+};
+
 struct SimSetup {
   config::Mode mode = config::Mode::kSync;  // a parameter-server mode
   int workers = 1;                          // K
   int n = 1;                                // N (sync, timeout) or c (softsync)
   std::vector<std::size_t> slice_counts;    // floats of each shard's slice (S = size)
+  // The model's layers (empty: one undivided vector); with them, every
+  // slice must be whole layers (layout::balanced_slices).
+  std::vector<LayerCost> layers;
+  // sync and timeout with several shards: shard 0 decides which workers an
+  // update averages and tells the others (a small message over the
+  // network), which apply the same set (train.agree_shards).
+  bool agree = false;
+  bool pipeline = false;           // exchange.pipeline (with layers only)
+  double bucket_bytes = 262144.0;  // exchange.bucket_bytes
   std::int64_t batch = 1;
   std::uint64_t total_steps = 0;      // updates per shard, when target_examples = 0
   std::uint64_t target_examples = 0;  // else: accepted examples per shard

@@ -90,6 +90,7 @@ void Worker::pull_any() {
 bool Worker::receive_params() {
   const auto t_wait = Clock::now();
   int outstanding = m_shards;
+  m_vstart_s = 0.0;
   std::optional<std::uint64_t> checkpoint_step;
   while (outstanding > 0) {
     const auto done = m_replies.test();
@@ -143,6 +144,7 @@ bool Worker::receive_params() {
         std::copy_n(m.payload(), slice.count,
                     m_params.begin() + static_cast<std::ptrdiff_t>(slice.offset));
         m_version[static_cast<std::size_t>(s)] = h.param_version;
+        m_vstart_s = std::max(m_vstart_s, h.vtime_s);
       }
       --outstanding;
     }
@@ -188,9 +190,13 @@ void Worker::compute() {
   m_compute_s = since(t_compute);
   m_result.compute_s += m_compute_s;
   if (m_virtual) {
-    // Modelled, not measured, and not slept: the finish time decides.
+    // Modelled, not measured, and not slept: the finish time decides. The
+    // computation starts when this worker was answered: when its version
+    // started, or, for a late gradient's answer, when that gradient was
+    // done (a straggler stays busy; docs/design.md §10).
     m_compute_s = modelled_compute_s(m_st.cfg->sim, m_st.worker, m_step);
-    m_vtime_s = m_compute_s + m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
+    m_vtime_s = std::max(m_vtime_s, m_vstart_s) + m_compute_s +
+                m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
     return;
   }
   const double delay = m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);

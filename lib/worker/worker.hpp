@@ -96,7 +96,8 @@ class Worker {
   const bool m_virtual;  // train.clock = virtual
   float m_loss = 0.0f;
   double m_compute_s = 0.0;
-  double m_vtime_s = 0.0;  // virtual clock: modelled finish time of the last gradient
+  double m_vtime_s = 0.0;   // virtual clock: modelled finish time of the last gradient
+  double m_vstart_s = 0.0;  // virtual clock: the latest start of the versions just received
   WorkerResult m_result;
 };
 

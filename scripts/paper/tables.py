@@ -6,6 +6,8 @@
     tables.py nb RUN... --target 0.85         the N/b trade-off: updates to a target, s per update
     tables.py adaptive RUN... --target 0.85   fixed b against b = auto, per straggler model
                                               (--json FILE: the same numbers for scripts and tests)
+    tables.py shards RUN... --paper 53:17     step time against the shards S, per K and
+                                              placement (--json FILE, --plot PNG)
 
 Accuracies are of the EMA of theta (theta-bar) unless --theta. Times are on
 each run's own clock (wall, virtual or simulated; scripts/runlib.py says how
@@ -228,6 +230,143 @@ def cmd_adaptive(args):
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1, sort_keys=True)
 
+SHARD_VARIANTS = ("layers, pipelined", "layers, pipelined, shards alone", "layers", "split")
+
+
+def shard_variant(run):
+    """How a simulated run placed and sent its parameters: whole layers
+    (pipelined or not; "shards alone": train.agree_shards = false, each
+    shard choosing its own N), or equal slices of floats cutting layers
+    ("split": sim.param_count, or more shards than the model has layers)."""
+    sim = run.summary.get("sim") or {}
+    if sim.get("placement") == "floats":
+        return "split"
+    if not sim.get("pipeline"):
+        return "layers"
+    alone = s_of(run) > 1 and not sim.get("agree_shards", True)  # one shard agrees with itself
+    return "layers, pipelined" + (", shards alone" if alone else "")
+
+
+def s_of(run):
+    return run.summary.get("S", 1)
+
+
+def shards_summary(runs, paper):
+    """{K: {"N", "b", "paper_s", "variants": {variant: {"rows": {S: {mean_s,
+    p50_s, max_slice}}, "best_s", "knee_s", "at_paper_over_best"}}}}: the
+    mean step time is 1 / steps_per_s (first step's start to last update);
+    best_s the S of the least, knee_s the least S within 5 % of it."""
+    out = {}
+    for run in runs:
+        s = run.summary
+        if not s or s.get("clock") != "simulated":
+            raise runlib.RunError(f"{run.path}: not a finished simulated run (syncopt simulate)")
+        k, shards = s["workers"], s["S"]
+        entry = out.setdefault(k, {"N": s["N"], "b": s["b"], "paper_s": paper.get(k),
+                                   "variants": {}})
+        rate = s.get("steps_per_s") or 0.0
+        counts = (s.get("sim") or {}).get("slice_counts") or []
+        var = entry["variants"].setdefault(shard_variant(run), {"rows": {}})
+        var["rows"][shards] = {"mean_s": 1.0 / rate if rate > 0 else None,
+                               "p50_s": s.get("step_time_p50_s"),
+                               "max_slice": max(counts) if counts else None}
+    for entry in out.values():
+        for var in entry["variants"].values():
+            timed = {n: r["mean_s"] for n, r in var["rows"].items() if r["mean_s"] is not None}
+            if not timed:
+                continue
+            best = min(timed, key=lambda n: (timed[n], n))
+            var["best_s"] = best
+            var["knee_s"] = min(n for n, t in timed.items() if t <= 1.05 * timed[best])
+            p = entry["paper_s"]
+            if p in timed:
+                var["at_paper_over_best"] = timed[p] / timed[best]
+    return out
+
+
+def cmd_shards(args):
+    # First: without matplotlib here, runlib.pyplot runs this script again
+    # under Debian's python, which must not find half a table printed.
+    plt = runlib.pyplot("tables.py shards") if args.plot else None
+    paper = {}
+    for item in (args.paper.split(",") if args.paper else []):
+        k, _, s = item.partition(":")
+        paper[int(k)] = int(s)
+    summary = shards_summary(runlib.load_runs(args.runs), paper)
+    parts = []
+    for k in sorted(summary):
+        entry = summary[k]
+        variants = [v for v in SHARD_VARIANTS if v in entry["variants"]]
+        all_s = sorted({n for v in variants for n in entry["variants"][v]["rows"]})
+        rows = []
+        for n in all_s:
+            row = [f"**{n}** (paper)" if n == entry["paper_s"] else n]
+            for v in variants:
+                var = entry["variants"][v]
+                r = var["rows"].get(n)
+                if r is None or r["mean_s"] is None:
+                    row.append("–")
+                    continue
+                cell = f"{fmt_s(r['mean_s'])} ({fmt_s(r['p50_s'])})"
+                row.append(f"**{cell}**" if n == var.get("best_s") else cell)
+            first = entry["variants"][variants[0]]["rows"].get(n) if variants else None
+            ms = first["max_slice"] if first else None
+            row.append(f"{ms / 1e6:.2f}" if ms else "–")
+            rows.append(row)
+        header = ["S"] + [f"{v}: mean (p50) s" for v in variants] + \
+                 [f"largest slice, M floats ({variants[0]})" if variants else "largest slice"]
+        parts.append(f"**K = {k}** (N = {entry['N']}, b = {entry['b']}; the least mean in bold)"
+                     "\n\n" + table(header, rows))
+    best_rows = []
+    for k in sorted(summary):
+        entry = summary[k]
+        for v in SHARD_VARIANTS:
+            var = entry["variants"].get(v)
+            if not var or "best_s" not in var:
+                continue
+            ratio = var.get("at_paper_over_best")
+            best_rows.append([k, v, entry["paper_s"] if entry["paper_s"] else "–", var["best_s"],
+                              var["knee_s"], f"{ratio:.3f}" if ratio else "–"])
+    parts.append("Simulated optimum against the paper's choice (knee: the least S within 5 % "
+                 "of the best)\n\n" +
+                 table(["K", "placement", "paper's S", "best S", "knee S",
+                        "step at paper's S / best"], best_rows))
+    print("\n\n".join(parts))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({str(k): v for k, v in summary.items()}, f, indent=1, sort_keys=True)
+    if args.plot:
+        plot_shards(plt, summary, args.plot)
+
+
+def plot_shards(plt, summary, path):
+    """One panel per K: the mean step time against S, a line per placement,
+    the paper's S marked."""
+    ks = sorted(summary)
+    fig, axes = plt.subplots(1, len(ks), figsize=(4.2 * len(ks), 3.6), squeeze=False)
+    for ax, k in zip(axes[0], ks):
+        entry = summary[k]
+        for v, style in zip(SHARD_VARIANTS, ("o-", "x-.", "s--", "^:")):
+            var = entry["variants"].get(v)
+            if not var:
+                continue
+            pts = sorted((n, r["mean_s"]) for n, r in var["rows"].items()
+                         if r["mean_s"] is not None)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, ms=3, label=v)
+        if entry["paper_s"]:
+            ax.axvline(entry["paper_s"], color="grey", lw=0.8, ls="--")
+            ax.text(entry["paper_s"], ax.get_ylim()[1], " paper", color="grey", va="top",
+                    fontsize=8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"K = {k} (N = {entry['N']}, b = {entry['b']})")
+        ax.set_xlabel("shards S")
+        ax.set_ylabel("mean step time (s, simulated)")
+        ax.grid(True, which="both", lw=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
@@ -252,6 +391,12 @@ def main():
     p.add_argument("--theta", action="store_true")
     p.add_argument("--json", help="also write the numbers as JSON here")
     p.set_defaults(fn=cmd_adaptive)
+    p = sub.add_parser("shards", help="step time against the shards S (simulated runs)")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--paper", help="the paper's S per K, as K:S,K:S (marked in the table)")
+    p.add_argument("--json", help="also write the numbers as JSON here")
+    p.add_argument("--plot", help="also draw the step times against S into this PNG")
+    p.set_defaults(fn=cmd_shards)
     args = ap.parse_args()
     try:
         args.fn(args)

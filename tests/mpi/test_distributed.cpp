@@ -76,11 +76,13 @@ TEST_CASE("sync applies exactly N fresh gradients and counts every drop", "[mpi]
   fs::remove_all(dir);
 }
 
-TEST_CASE("under the virtual clock the slow worker is dropped at every step, exactly",
+TEST_CASE("under the virtual clock the slow worker is never applied and stays busy, exactly",
           "[mpi][sync][virtual]") {
   // The same set-up as above, but which N of N + b count is decided by the
   // modelled finish times (10 ms compute, worker 3 150 ms later), not by
-  // the machine: worker 3 is late at every one of the 250 steps.
+  // the machine: every gradient of worker 3 is late, and it is busy for
+  // ~160 ms with each one, so it sends one every ~15 steps (its lost time
+  // carries over, as in a real run and in syncopt simulate).
   const auto dir = temp_dir("exact-virtual");
   const Result r = run_mpi(5, job(dir, "exact",
                                   "--set train.mode=sync --set train.backups=1 --set "
@@ -93,6 +95,7 @@ TEST_CASE("under the virtual clock the slow worker is dropped at every step, exa
   const auto steps = read_jsonl(dir / "exact" / "steps.jsonl");
   REQUIRE(steps.size() == 250);
   std::int64_t slow_dropped = 0;
+  double last_slow = 0.0;  // virtual time worker 3's previous gradient was done
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const auto& rec = steps[i];
     CHECK(rec["clock"] == "virtual");
@@ -103,6 +106,9 @@ TEST_CASE("under the virtual clock the slow worker is dropped at every step, exa
       if (!g["accepted"].get<bool>()) {
         CHECK(w == 3);  // only the slow one is ever late
         ++slow_dropped;
+        const double done = rec["t_start"].get<double>() + g["arrival_s"].get<double>();
+        CHECK(done - last_slow > 0.150);  // its compute and its 150 ms, from its last one
+        last_slow = done;
         continue;
       }
       CHECK(g["version"] == rec["version"]);
@@ -113,9 +119,12 @@ TEST_CASE("under the virtual clock the slow worker is dropped at every step, exa
     // The step lasts until its third finish time: ~10 ms, never the 160 ms of worker 3.
     CHECK(rec["t_apply"].get<double>() - rec["t_start"].get<double>() < 0.05);
   }
-  CHECK(slow_dropped == 250);
+  // ~2.75 virtual seconds of steps (11 ms each), a gradient of worker 3
+  // every ~0.16 s: 17 of them here.
+  CHECK(slow_dropped >= 15);
+  CHECK(slow_dropped <= 18);
   const auto summary = nlohmann::json::parse(read_text(dir / "exact" / "summary.json"));
-  CHECK(summary["drops_per_worker"][3].get<std::int64_t>() == 250);
+  CHECK(summary["drops_per_worker"][3].get<std::int64_t>() == slow_dropped);
   CHECK(summary["accepted_per_worker"][3].get<std::int64_t>() == 0);
   CHECK(summary["clock"] == "virtual");
   fs::remove_all(dir);
@@ -135,11 +144,14 @@ TEST_CASE("virtual-clock runs with b = 1 are bitwise repeatable", "[mpi][sync][v
   CHECK(read_floats(dir / "a" / "params.f32") == read_floats(dir / "b" / "params.f32"));
   CHECK(read_floats(dir / "a" / "params_ema.f32") == read_floats(dir / "b" / "params_ema.f32"));
   CHECK(read_text(dir / "a" / "steps.jsonl") == read_text(dir / "b" / "steps.jsonl"));
-  // And the backups did something: some steps dropped someone.
+  // And the backups did something: some steps dropped someone (at most
+  // one per step, N = 3 of 4; none when the one left out was still busy
+  // with an older version).
   const auto summary = nlohmann::json::parse(read_text(dir / "a" / "summary.json"));
   std::int64_t drops = 0;
   for (const auto& d : summary["drops_per_worker"]) drops += d.get<std::int64_t>();
-  CHECK(drops == 60);  // one per step: N = 3 of 4
+  CHECK(drops > 20);
+  CHECK(drops <= 60);
   fs::remove_all(dir);
 }
 

@@ -207,6 +207,61 @@ def test_numbers(root):
     check(p.returncode != 0 and "summary.json not found" in p.stderr, "a missing run is an error")
 
 
+def sim_run(root, name, k, shards, step_s, placement="layers", pipeline=True, max_slice=100):
+    """A finished simulated run: K workers, S shards, one update every
+    step_s simulated seconds (p50 a tenth less), its placement."""
+    return write_run(root, name, {"mode": "sync", "N": k - 2, "b": 2, "S": shards, "workers": k,
+                                  "clock": "simulated", "status": "completed",
+                                  "steps_per_s": 1.0 / step_s, "step_time_p50_s": 0.9 * step_s,
+                                  "sim": {"placement": placement, "pipeline": pipeline,
+                                          "slice_counts": [max_slice] * shards}}, [], None)
+
+
+def test_shards(root):
+    """tables.py shards: the best S, the knee (least S within 5 %) and the
+    ratio at the paper's S, per K and placement."""
+    d = os.path.join(root, "shards")
+    os.makedirs(d)
+    runs = []
+    # K = 8: layers pipelined 4.0, 2.0, 1.04, 1.0, 1.01 s at S = 1, 2, 4, 8, 16:
+    # best 8, knee 4 (1.04 <= 1.05), paper's 16: 1.01.
+    for n, t in ((1, 4.0), (2, 2.0), (4, 1.04), (8, 1.0), (16, 1.01)):
+        runs.append(sim_run(d, f"k8-s{n}", 8, n, t, max_slice=1000 // n))
+    # Unpipelined and split at K = 8; a tie (S = 2, 4 both 3.0 s) goes to the fewer shards.
+    for n, t in ((1, 5.0), (2, 3.0), (4, 3.0)):
+        runs.append(sim_run(d, f"k8-s{n}-np", 8, n, t, pipeline=False))
+    for n, t in ((1, 4.5), (16, 0.5)):
+        runs.append(sim_run(d, f"k8-s{n}-split", 8, n, t, placement="floats", pipeline=False))
+    # K = 16 without the paper's S among the runs.
+    runs.append(sim_run(d, "k16-s1", 16, 1, 6.0))
+    runs.append(sim_run(d, "k16-s2", 16, 2, 5.0))
+    s = tables.shards_summary(runlib.load_runs(runs), {8: 16, 16: 3})
+    lp = s[8]["variants"]["layers, pipelined"]
+    check(lp["best_s"] == 8 and lp["knee_s"] == 4, f"best 8, knee 4: {lp}")
+    check(close(lp["at_paper_over_best"], 1.01), f"paper's S 16 at 1.01 x best: {lp}")
+    check(close(lp["rows"][2]["mean_s"], 2.0) and close(lp["rows"][2]["p50_s"], 1.8)
+          and lp["rows"][2]["max_slice"] == 500, f"a row: {lp['rows'][2]}")
+    np_ = s[8]["variants"]["layers"]
+    check(np_["best_s"] == 2 and np_["knee_s"] == 2 and "at_paper_over_best" not in np_,
+          f"a tie goes to the fewer shards; no paper's S run: {np_}")
+    check(s[8]["variants"]["split"]["best_s"] == 16, "split placement kept apart")
+    check(s[16]["paper_s"] == 3 and s[16]["variants"]["layers, pipelined"]["best_s"] == 2,
+          f"K = 16: {s[16]}")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "paper", "tables.py"),
+                        "shards"] + runs + ["--paper", "8:16,16:3"], capture_output=True,
+                       text=True)
+    check(p.returncode == 0 and "**16** (paper)" in p.stdout and "**1.000 (0.900)**" in p.stdout
+          and "| 8 | layers, pipelined | 16 | 8 | 4 | 1.010 |" in p.stdout,
+          f"tables.py shards: {p.stdout} {p.stderr}")
+    # A real run is not a simulated one.
+    v = virtual_run(root, "vshard", [1.0], [0.5])
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "paper", "tables.py"),
+                        "shards", v], capture_output=True, text=True)
+    check(p.returncode != 0 and "not a finished simulated run" in p.stderr,
+          f"a virtual-clock run is refused: {p.stderr}")
+    return runs
+
+
 def test_plots(root):
     try:
         subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"], check=True,
@@ -229,6 +284,13 @@ def test_plots(root):
           os.path.exists(os.path.join(a, "kth_gradient_cdf.png")), f"single run: {p.stderr}")
     p = subprocess.run([sys.executable, plot, a, b], capture_output=True, text=True)
     check(p.returncode != 0 and "--compare" in p.stderr, "two runs without --compare: usage error")
+    png = os.path.join(root, "shards.png")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "paper", "tables.py"),
+                        "shards"] + test_shards(root) + ["--paper", "8:16", "--plot", png],
+                       capture_output=True, text=True)
+    check(p.returncode == 0 and p.stdout.count("**K = 8**") == 1 and
+          os.path.exists(png) and os.path.getsize(png) > 1000,
+          f"tables.py shards --plot: the figure, the table once: {p.stderr}")
 
     # A run 40 points behind the other (async against sync in the paper's
     # main figure): both curves must be in view, each with its best and
@@ -333,6 +395,7 @@ def main():
         if what == "numbers":
             test_numbers(root)
             test_partial(root)
+            test_shards(root)
         elif what == "plots":
             rc = test_plots(root)
         elif what == "sweeps":
