@@ -3,8 +3,10 @@
 // so memory does not grow with the records. The README's 1000 workers x
 // 10,000 steps on configs/sim-k100.toml (10 shards) once held every record
 // of every shard and was killed at 24 GB; here 300 steps of it must stay
-// under 200 MB of peak RSS (the records held in memory took ~1 GB at 300
-// steps), and the three sim.records choices write what they say.
+// within 150 MB of peak RSS above what the binary takes to print its version
+// (a build linked with CUDA maps ~200 MB of libraries before main(); the
+// records held in memory took ~1 GB at 300 steps), and the three
+// sim.records choices write what they say.
 #include <sys/resource.h>
 
 #include <catch2/catch.hpp>
@@ -37,6 +39,9 @@ std::size_t lines_of(const fs::path& p) {
 TEST_CASE("simulate: 1000 workers and 10 shards in bounded memory, records streamed",
           "[e2e][sim][scale]") {
   const auto dir = temp_dir("sim-scale");
+  // RUSAGE_CHILDREN keeps the largest child's peak: the bare binary first.
+  REQUIRE(run("--version").code == 0);
+  const double base = children_peak_rss_mb();
   const std::string common =
       "simulate " + src("configs/sim-k100.toml") +
       " -q --set sim.workers=1000 --set train.steps=300 --set run.dir=" + dir.string();
@@ -44,9 +49,10 @@ TEST_CASE("simulate: 1000 workers and 10 shards in bounded memory, records strea
   INFO(r.output);
   REQUIRE(r.code == 0);
   const double peak = children_peak_rss_mb();
-  std::printf("1000 workers x 300 steps, 10 shards: peak RSS %.0f MB\n", peak);
+  std::printf("1000 workers x 300 steps, 10 shards: peak RSS %.0f MB (the bare binary %.0f MB)\n",
+              peak, base);
   std::fflush(stdout);
-  CHECK(peak < 200.0);
+  CHECK(peak - base < 150.0);
   // shard 0's records, one per update, each with every gradient of its step.
   CHECK(lines_of(dir / "shard0" / "steps.jsonl") == 300);
   const auto summary = nlohmann::json::parse(read_text(dir / "shard0" / "summary.json"));
