@@ -107,7 +107,7 @@ std::vector<Slice> shard_slices(std::size_t count, int shards) {
   return out;
 }
 
-std::string describe(const Roles& roles, std::size_t param_count) {
+std::string describe(const Roles& roles, const std::vector<Slice>& slices) {
   std::ostringstream os;
   os << "# layout: mode " << config::mode_name(roles.mode) << ", world " << roles.world << " ranks";
   if (roles.shards > 0) {
@@ -120,8 +120,6 @@ std::string describe(const Roles& roles, std::size_t param_count) {
        << (roles.rule.adaptive ? ", adapted online: train.backups = auto" : "") << ")";
   }
   os << "\n";
-  const auto slices =
-      roles.shards > 0 ? shard_slices(param_count, roles.shards) : std::vector<Slice>{};
   for (int r = 0; r < roles.world; ++r) {
     os << "rank " << r << ": ";
     if (roles.mode == Mode::kLocal) {
@@ -130,6 +128,9 @@ std::string describe(const Roles& roles, std::size_t param_count) {
     }
     switch (roles.role_of(r)) {
       case Role::kShard: {
+        if (static_cast<std::size_t>(r) >= slices.size()) {
+          throw InternalError("layout::describe without the slice of shard " + std::to_string(r));
+        }
         const auto& s = slices[static_cast<std::size_t>(r)];
         os << "parameter-server shard " << r << ", parameters [" << s.offset << ", "
            << s.offset + s.count << ") = " << s.count << " floats";

@@ -46,11 +46,13 @@ std::vector<std::string> check_layout(const config::Config& cfg, int world);
 Roles make_roles(const config::Config& cfg, int world);
 
 // Balanced contiguous slices of `count` floats over `shards` shards: the
-// first count % shards shards get one more float.
+// first count % shards shards get one more float. (Training places whole
+// layers: layout::balanced_slices in placement.hpp.)
 std::vector<Slice> shard_slices(std::size_t count, int shards);
 
-// One line per rank: "rank 3: worker 1 (data shard 1 of 5)" for --dry-run.
-std::string describe(const Roles& roles, std::size_t param_count);
+// One line per rank: "rank 3: worker 1 (data shard 1 of 5)" for --dry-run;
+// a shard's line gives its slice of `slices` (layout::balanced_slices).
+std::string describe(const Roles& roles, const std::vector<Slice>& slices);
 
 // How long the run is and how its schedule counts, the same on every rank:
 // from train.steps, or from train.epochs counted in accepted examples.

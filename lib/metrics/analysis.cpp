@@ -143,6 +143,36 @@ double max_of(const std::vector<double>& v) {
   return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
 }
 
+// Async with per-bucket apply: every applied gradient's staleness per
+// bucket, per shard, bucket 0 (the slice's first layers) first; null when
+// no record has any (sync, or one bucket per shard).
+json staleness_by_layer(const std::vector<StepRecord>& steps, const RunInfo& info) {
+  std::map<std::pair<int, std::size_t>, std::vector<double>> per;
+  for (const auto& r : steps) {
+    for (const auto& g : r.grads) {
+      if (!g.accepted) continue;
+      for (std::size_t b = 0; b < g.layer_staleness.size(); ++b) {
+        per[{r.shard, b}].push_back(static_cast<double>(g.layer_staleness[b]));
+      }
+    }
+  }
+  if (per.empty()) return nullptr;
+  json out = json::array();
+  for (const auto& [key, v] : per) {
+    const auto shard = static_cast<std::size_t>(key.first);
+    json e = {{"shard", key.first},
+              {"bucket", key.second},
+              {"mean", mean_of(v)},
+              {"max", max_of(v)},
+              {"samples", v.size()}};
+    if (shard < info.bucket_layers.size() && key.second < info.bucket_layers[shard].size()) {
+      e["layers"] = info.bucket_layers[shard][key.second];
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 json histogram_json(const std::map<std::int64_t, std::int64_t>& h) {
   json out = json::object();
   for (const auto& [s, c] : h) out[std::to_string(s)] = c;
@@ -200,6 +230,7 @@ RunAnalysis analyze(const std::vector<StepRecord>& steps, const RunInfo& info) {
                 {"staleness_max", max_of(c.applied_staleness)},
                 {"staleness_hist_applied", histogram_json(c.hist_applied)},
                 {"staleness_hist_all", histogram_json(c.hist_all)},
+                {"staleness_by_layer", staleness_by_layer(steps, info)},
                 {"time_to_kth_mean_s", kth_mean},
                 {"time_to_kth_median_s", kth_median},
                 {"time_to_kth_samples", kth_count},
@@ -327,6 +358,16 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals,
   std::sort(hist.begin(), hist.end());
   for (const auto& [k, v] : hist) os << "  " << k << ":" << v;
   os << "\n";
+  if (const auto it = s.find("staleness_by_layer"); it != s.end() && it->is_array()) {
+    os << "staleness by layer (each bucket applied on arrival; bucket 0 holds a shard's first "
+          "layers):\n  shard  bucket      mean   max  layers\n";
+    for (const auto& e : *it) {
+      std::snprintf(buf, sizeof(buf), "  %5d  %6d  %8.2f  %4.0f  %s\n", e["shard"].get<int>(),
+                    e["bucket"].get<int>(), e["mean"].get<double>(), e["max"].get<double>(),
+                    e.value("layers", std::string()).c_str());
+      os << buf;
+    }
+  }
   if (!evals.empty()) {
     os << "test accuracy over the run:\n      step    wall_s   theta    EMA\n";
     for (const auto& e : evals) {

@@ -26,6 +26,10 @@ struct RunInfo {
   // or failed, nor in a simulation): summary.json's test_* are null if not.
   bool evaluated = false;
   double test_loss = 0.0, test_acc = 0.0, test_loss_ema = 0.0, test_acc_ema = 0.0;
+  // Per shard, the layers of each bucket of the pipelined exchange in
+  // forward order ("conv1..conv2"): names for staleness_by_layer (empty:
+  // only bucket numbers).
+  std::vector<std::vector<std::string>> bucket_layers;
 };
 
 struct RunAnalysis {

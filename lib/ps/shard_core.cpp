@@ -92,7 +92,7 @@ bool ShardCore::on_deferred_grad(int worker, std::uint64_t version, const float*
     record(worker, version, false, staleness, compute_s, loss, m_virtual ? vtime : now, seq);
     return false;
   }
-  std::copy(grad, grad + m_count, m_slots[w].begin());
+  if (grad != m_slots[w].data()) std::copy(grad, grad + m_count, m_slots[w].begin());
   m_contributed[w] = 1;
   m_vtime[w] = vtime;
   ++m_used;
@@ -131,6 +131,33 @@ std::vector<int> ShardCore::choose_deferred() const {
 
 void ShardCore::lead() { m_leader = true; }
 
+float* ShardCore::slot(int worker) {
+  return m_versioned ? m_slots[static_cast<std::size_t>(worker)].data() : nullptr;
+}
+
+void ShardCore::use_buckets(int buckets) {
+  if (m_mode != Mode::kAsync && m_mode != Mode::kSsp) {
+    throw InternalError("per-bucket apply in train.mode = \"" +
+                        std::string(config::mode_name(m_mode)) + "\"");
+  }
+  if (buckets < 2) return;
+  m_bucket_version.assign(static_cast<std::size_t>(buckets - 1), m_version);
+  m_layer_staleness.assign(static_cast<std::size_t>(m_workers),
+                           std::vector<std::int64_t>(static_cast<std::size_t>(buckets), 0));
+}
+
+std::int64_t ShardCore::on_bucket(int worker, int bucket, std::uint64_t version) {
+  if (bucket < 0 || bucket >= buckets() || m_bucket_version.empty()) {
+    throw InternalError("shard core: bucket " + std::to_string(bucket) + " of " +
+                        std::to_string(buckets()) + " outside the bucketed async mode");
+  }
+  const std::uint64_t now = bucket_version(bucket);
+  const auto staleness = static_cast<std::int64_t>(now) - static_cast<std::int64_t>(version);
+  m_layer_staleness[static_cast<std::size_t>(worker)][static_cast<std::size_t>(bucket)] = staleness;
+  if (bucket > 0) ++m_bucket_version[static_cast<std::size_t>(bucket - 1)];
+  return staleness;
+}
+
 bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, float loss,
                         double compute_s, double now, std::uint64_t seq, double vtime,
                         std::uint64_t oldest) {
@@ -156,7 +183,7 @@ bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, fl
     const bool accept = fresh && !m_contributed[w];
     record(worker, version, accept, staleness, compute_s, loss, now, seq);
     if (!accept) return false;
-    std::copy(grad, grad + m_count, m_slots[w].begin());
+    if (grad != m_slots[w].data()) std::copy(grad, grad + m_count, m_slots[w].begin());
     m_contributed[w] = 1;
     if (m_used == 0) m_first_accept = now;
     ++m_used;
@@ -165,6 +192,17 @@ bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, fl
   }
   // async, ssp, softsync: every gradient counts, whatever its version.
   record(worker, version, true, staleness, compute_s, loss, now, seq);
+  if (grad == nullptr) {
+    // Bucketed: applied bucket by bucket by the loop; the record keeps each
+    // bucket's staleness.
+    if (m_bucket_version.empty()) {
+      throw InternalError("shard core: a gradient without data outside the bucketed async mode");
+    }
+    m_current.grads.back().layer_staleness = m_layer_staleness[w];
+    ++m_used;
+    m_loss_sum += loss;
+    return true;
+  }
   for (std::size_t i = 0; i < m_count; ++i) m_sum[i] += grad[i];
   ++m_used;
   m_loss_sum += loss;
@@ -266,6 +304,9 @@ StepRecord ShardCore::apply(float* mean, double now) {
     }
     m_mean_finite = bad == 0;
     std::fill(m_contributed.begin(), m_contributed.end(), 0);
+  } else if (mean == nullptr) {
+    if (m_bucket_version.empty()) throw InternalError("shard apply() without a mean");
+    m_mean_finite = true;  // the loop checked each bucket before applying it
   } else {
     std::uint32_t bad = 0;
     for (std::size_t i = 0; i < m_count; ++i) {
@@ -311,6 +352,7 @@ bool ShardCore::may_answer(int worker, std::uint64_t wanted) const {
 checkpoint::State ShardCore::state() const {
   checkpoint::State s;
   s.put("version", m_version);
+  if (!m_bucket_version.empty()) s.put("bucket_versions", m_bucket_version);
   s.put("drops", m_drops);
   s.put("clocks", m_clock);
   return s;
@@ -328,6 +370,19 @@ void ShardCore::restore(const checkpoint::State& s) {
   m_version = s.get<std::uint64_t>("version");
   m_drops = drops;
   m_clock = clocks;
+  if (!m_bucket_version.empty()) {
+    // A checkpoint without bucket versions (saved without the pipeline):
+    // every bucket at the shard's version.
+    std::vector<std::uint64_t> v(m_bucket_version.size(), m_version);
+    if (s.has("bucket_versions")) v = s.get<std::vector<std::uint64_t>>("bucket_versions");
+    if (v.size() != m_bucket_version.size()) {
+      throw ConfigError(s.field_error("bucket_versions",
+                                      std::to_string(v.size() + 1) + " buckets; this run has " +
+                                          std::to_string(m_bucket_version.size() + 1) +
+                                          ": resume with the same exchange.bucket_bytes"));
+    }
+    m_bucket_version = std::move(v);
+  }
 }
 
 }  // namespace syncopt::ps

@@ -24,6 +24,7 @@
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "data/dataset.hpp"
+#include "layout/placement.hpp"
 #include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
@@ -65,7 +66,10 @@ struct Job {
   nn::ModelSpec spec;
   nn::ParamLayout param_layout;
   std::vector<float> init;
+  std::vector<layout::Group> groups;  // the model's layers with parameters, forward order
   std::vector<layout::Slice> slices;
+  // Per shard: the buckets of the exchange (one without exchange.pipeline).
+  std::vector<std::vector<layout::Slice>> buckets;
   layout::Plan plan;
   std::unique_ptr<nn::Backend> backend;
   std::unique_ptr<nn::Network> net;
@@ -137,7 +141,19 @@ void load_inputs(Job& job) {
   job.param_layout = nn::param_layout(job.spec);
   job.init.resize(job.param_layout.count);
   nn::init_params(job.spec, job.param_layout, job.init.data(), cfg.run.seed);
-  if (job.ps_mode()) job.slices = layout::shard_slices(job.param_layout.count, job.roles.shards);
+  if (job.ps_mode()) {
+    // Whole layers per shard, balanced by bytes (docs/design.md §2), and the
+    // buckets of the exchange (§4); a model with fewer layers than shards is
+    // a config error of every rank.
+    comm::agree(job.ctrl(), [&] {
+      job.groups = layout_groups(job.spec);
+      job.slices = layout::balanced_slices(job.groups, job.roles.shards);
+      for (const auto& slice : job.slices) {
+        job.buckets.push_back(layout::make_buckets(
+            job.groups, slice, cfg.exchange.pipeline ? cfg.exchange.bucket_bytes : 0));
+      }
+    });
+  }
   job.plan = layout::make_plan(cfg, job.roles, job.data.train.count);
 }
 
@@ -209,6 +225,11 @@ void open_outputs(Job& job) {
                         : metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
       board = metrics::open_run_board(cfg.run, job.run_dir, "steps", job.clock);
       if (board) board->describe_run(cfg, describe_invocation(job.inv));
+      if (board && !job.buckets.empty()) {
+        std::vector<std::string> layers;
+        for (const auto& b : job.buckets[0]) layers.push_back(layout::group_span(job.groups, b));
+        board->set_bucket_layers(std::move(layers));
+      }
       job.steps->set_board(board);
     }
     if (job.rank == job.eval_writer) {
@@ -249,6 +270,7 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   st.peers = &job.peers;
   st.shard = job.rank;
   st.slice = job.slices[static_cast<std::size_t>(job.rank)];
+  st.buckets = job.buckets[static_cast<std::size_t>(job.rank)];
   st.initial = job.init.data() + st.slice.offset;
   st.data_comm = job.data_comm.get();
   st.ctrl_comm = job.ctrl();
@@ -298,6 +320,8 @@ RoleOutcome run_worker_role(Job& job) {
   ws.peers = &job.peers;
   ws.worker = job.roles.worker_of(job.rank);
   ws.slices = job.slices;
+  ws.buckets = job.buckets;
+  ws.pipeline = job.cfg.exchange.pipeline;
   ws.param_count = job.param_layout.count;
   ws.net = job.net.get();
   ws.train = &job.data.train;
@@ -540,6 +564,10 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   info.test_acc = fe.theta.accuracy;
   info.test_loss_ema = fe.ema.loss;
   info.test_acc_ema = fe.ema.accuracy;
+  for (const auto& shard : job.buckets) {
+    auto& names = info.bucket_layers.emplace_back();
+    for (const auto& b : shard) names.push_back(layout::group_span(job.groups, b));
+  }
   nlohmann::json extra = out.outcome.to_json();
   extra["lost_workers"] = out.lost_workers;
   job.journal.finish(out.outcome);
