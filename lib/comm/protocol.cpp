@@ -98,9 +98,17 @@ std::string check_header(const MsgHeader& h, const Expect& e) {
     return from + kind_name(h.kind) + " carries " + std::to_string(h.count) + " floats, expected " +
            std::to_string(want);
   }
-  if (e.received_bytes != Message::wire_bytes(h.count)) {
+  // A split payload follows on its own (GRAD and PARAMS only).
+  const bool split = (h.flags & kFlagSplit) != 0;
+  if (split && kind != Kind::kGrad && kind != Kind::kParams) {
+    return from + kind_name(h.kind) +
+           " says its payload follows apart, which only GRAD and "
+           "PARAMS may";
+  }
+  const int header_bytes = split ? Message::wire_bytes(0) : Message::wire_bytes(h.count);
+  if (e.received_bytes != header_bytes) {
     return from + "received " + std::to_string(e.received_bytes) + " bytes, header says " +
-           std::to_string(Message::wire_bytes(h.count));
+           std::to_string(header_bytes);
   }
   return {};
 }

@@ -60,6 +60,11 @@ inline constexpr std::uint32_t kFlagFinal = 1u;  // PARAMS to the evaluator: tra
 // A reply to a worker (PARAMS or STOP): save your state as your part of
 // checkpoint step_seq before computing on these parameters.
 inline constexpr std::uint32_t kFlagCheckpoint = 2u;
+// GRAD, PARAMS: the header travels alone and its `count` floats follow as
+// the next message from the same sender with the same tag (raw floats, no
+// header), so that they move straight from and into the buffers a network
+// computes with (comm/requests.hpp).
+inline constexpr std::uint32_t kFlagSplit = 4u;
 
 struct MsgHeader {
   std::uint32_t magic = kMagic;
@@ -124,7 +129,7 @@ struct Expect {
   std::vector<Kind> kinds;        // allowed kinds
   std::uint32_t shard = 0;        // expected shard index
   std::size_t grad_count = 0;     // floats a GRAD/PARAMS must carry (without buckets)
-  int received_bytes = 0;         // MPI_Get_count in bytes
+  int received_bytes = 0;         // MPI_Get_count in bytes (of the header, when split)
   // The buckets of the shard's slice (GRAD, and PARAMS to a worker): when
   // set, a GRAD/PARAMS must name one of them (bucket < buckets, `buckets`
   // equal to their number) and carry exactly its offset and count.

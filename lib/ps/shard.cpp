@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/parts.hpp"
@@ -18,7 +19,13 @@ using comm::Kind;
 using comm::kNoCheckpoint;
 using comm::Message;
 
-namespace {}  // namespace
+namespace {
+
+// How long the loop sleeps at most between polls while some worker's
+// gradient is partly in (comm::IdleBackoff's own cap is 500 us).
+constexpr double kPartialPollS = 50e-6;
+
+}  // namespace
 
 Shard::Shard(const ShardSetup& st)
     : m_st(st),
@@ -126,11 +133,21 @@ ShardResult Shard::run() {
     m_ctrl_sends.progress();
     if (progressed) {
       m_backoff.busy();
+    } else if (m_st.own_core) {
+      std::this_thread::yield();
     } else {
       const double now = m_st.clock->now();
       const double deadline = m_core.time_to_deadline(now);
-      const double watch = m_watch->time_to_next_deadline(now);
-      m_backoff.idle(deadline >= 0.0 ? std::min(deadline, watch) : watch);
+      double limit = m_watch->time_to_next_deadline(now);
+      if (deadline >= 0.0) limit = std::min(limit, deadline);
+      // A gradient half in: its bucket 0 is on its way and an update may
+      // hang on it, so look again soon rather than after a long sleep.
+      const int last = static_cast<int>(m_buckets.size()) - 1;
+      if (std::any_of(m_next_bucket.begin(), m_next_bucket.end(),
+                      [&](int b) { return b != last; })) {
+        limit = std::min(limit, kPartialPollS);
+      }
+      m_backoff.idle(limit);
     }
   }
   // Finished before any update (nothing to train): the evaluator still
@@ -255,6 +272,16 @@ void Shard::on_peer_message(int slot, int bytes) {
 void Shard::on_worker_message(int w, int bytes, double seen) {
   const Message& m = m_recvs.message(w);
   const comm::MsgHeader& h = m.header();
+  if (m_recvs.raw(w)) {
+    // The payload of the GRAD whose header came last (kFlagSplit).
+    if (bytes != static_cast<int>(h.count * sizeof(float))) {
+      protocol_error("gradient bucket from worker rank " + std::to_string(m_roles.worker_rank(w)) +
+                     " of " + std::to_string(bytes) + " bytes, its header says " +
+                     std::to_string(h.count * sizeof(float)));
+    }
+    on_gradient(w, seen);
+    return;
+  }
   const std::string err = comm::check_header(
       h, {static_cast<std::uint32_t>(m_roles.worker_rank(w)),
           {Kind::kGrad, Kind::kPull, Kind::kCtrl, Kind::kSaved, Kind::kStopRequest},
@@ -288,43 +315,61 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
                      std::to_string(m_next_bucket[wi]) + " (buckets go from " +
                      std::to_string(last) + " down to 0)");
     }
-    m_next_bucket[wi] = h.bucket == 0 ? last : h.bucket - 1;
-    if (m_per_bucket) {
-      apply_bucket(w, h, m.payload());
-    } else if (m_buckets.size() > 1) {
-      stage(w, h, m.payload());
+    if (h.bucket == 0 && m_pending[wi].waiting) {
+      protocol_error("second request from worker rank " + std::to_string(m_roles.worker_rank(w)) +
+                     " before its previous one was answered");
     }
-    if (h.bucket != 0) {
-      m_recvs.post(w);
+    m_next_bucket[wi] = h.bucket == 0 ? last : h.bucket - 1;
+    if ((h.flags & comm::kFlagSplit) != 0) {
+      m_recvs.post_payload(w, h.count);  // the floats follow; the header stays in the slot
       return;
     }
+    on_gradient(w, seen);
+    return;
   }
-  // Bucket 0 completes a gradient and, like a PULL, asks for parameters.
+  // A PULL asks for parameters (as bucket 0 of a gradient does).
   if (m_pending[wi].waiting) {
     protocol_error("second request from worker rank " + std::to_string(m_roles.worker_rank(w)) +
                    " before its previous one was answered");
   }
-  if (kind == Kind::kGrad) {
-    m_core.on_push(w);
-    m_last_seq[wi] = h.step_seq;
-    if (m_adaptive) {
-      // When it finished, from its version's start (late ones too).
-      if (m_core.virtual_clock()) {
-        m_adaptive->on_arrival(h.param_version, h.vtime_s);
-      } else if (h.param_version == m_core.version()) {
-        m_adaptive->on_arrival(h.param_version, seen - m_core.step_start());
-      } else if (const auto it = m_version_start.find(h.param_version);
-                 it != m_version_start.end()) {
-        m_adaptive->on_arrival(h.param_version, seen - it->second);
-      }
+  m_pending[wi] = {true, h.param_version};
+  m_recvs.post(w);
+}
+
+// A gradient bucket of worker w, its header and floats in the slot: staged
+// or applied; bucket 0 completes the gradient and asks for parameters.
+void Shard::on_gradient(int w, double seen) {
+  const Message& m = m_recvs.message(w);
+  const comm::MsgHeader& h = m.header();
+  const float* data = m_recvs.payload(w);
+  const auto wi = static_cast<std::size_t>(w);
+  if (m_per_bucket) {
+    apply_bucket(w, h, data);
+  } else if (m_buckets.size() > 1) {
+    stage(w, h, data);
+  }
+  if (h.bucket != 0) {
+    m_recvs.post(w);
+    return;
+  }
+  m_core.on_push(w);
+  m_last_seq[wi] = h.step_seq;
+  if (m_adaptive) {
+    // When it finished, from its version's start (late ones too).
+    if (m_core.virtual_clock()) {
+      m_adaptive->on_arrival(h.param_version, h.vtime_s);
+    } else if (h.param_version == m_core.version()) {
+      m_adaptive->on_arrival(h.param_version, seen - m_core.step_start());
+    } else if (const auto it = m_version_start.find(h.param_version); it != m_version_start.end()) {
+      m_adaptive->on_arrival(h.param_version, seen - it->second);
     }
-    if (m_finished) {
-      ++m_after_end;
-    } else {
-      const float* grad = m_per_bucket ? nullptr : m_buckets.size() > 1 ? staging(w) : m.payload();
-      m_core.on_grad(w, h.param_version, grad, h.loss, h.compute_s, seen, h.step_seq, h.vtime_s,
-                     h.examples);
-    }
+  }
+  if (m_finished) {
+    ++m_after_end;
+  } else {
+    const float* grad = m_per_bucket ? nullptr : m_buckets.size() > 1 ? staging(w) : data;
+    m_core.on_grad(w, h.param_version, grad, h.loss, h.compute_s, seen, h.step_seq, h.vtime_s,
+                   h.examples);
   }
   m_pending[wi] = {true, h.param_version};
   m_recvs.post(w);
@@ -385,32 +430,33 @@ bool Shard::apply_due() {
 
 void Shard::apply_one() {
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
-  metrics::StepRecord rec = m_core.apply(m_per_bucket ? nullptr : m_mean.data(), m_st.clock->now());
+  metrics::StepRecord rec = m_core.begin_apply(m_st.clock->now());
   // Adaptive b: the lr follows the N this update averages (scale_lr_by_n).
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) *
                                      m_roles.rule.lr_multiplier(rec.used));
   if (m_agree && m_self == 0) send_decision(rec);
-  if (!std::isfinite(rec.loss) || !m_core.mean_finite()) {
+  const auto diverged = [&](const std::string& what) {
+    m_core.end_apply();
     // Nothing non-finite is applied or saved: the last checkpoint stays.
     finish(ExitCode::kInternal,
-           "training diverged: the mean loss of update " + std::to_string(rec.step) + " at shard " +
-               std::to_string(m_self) + " is " + std::to_string(rec.loss) + " (lr " +
-               std::to_string(lr) +
+           "training diverged at update " + std::to_string(rec.step) + ", shard " +
+               std::to_string(m_self) + ": " + what + " (lr " + std::to_string(lr) +
                "); nothing non-finite was applied or saved, the last checkpoint is kept. Lower "
                "optim.lr (asynchronous modes need a smaller one than sync: each update is one "
                "worker's batch, and stale)");
-    return;
-  }
+  };
+  if (!std::isfinite(rec.loss)) return diverged("the mean loss is " + std::to_string(rec.loss));
   const std::uint64_t examples = m_examples + static_cast<std::uint64_t>(rec.used) *
                                                   static_cast<std::uint64_t>(m_cfg.train.batch);
   if (m_per_bucket) {
+    m_core.end_apply();
     m_params.end_update();  // every bucket was applied on arrival
   } else {
-    // Bucket by bucket in forward order, each bucket's new parameters sent
-    // at once to the workers waiting for this version (not after the last
-    // update: those get STOP), so that their forward starts while the
-    // layers above are still being updated. Element-wise, so the same bits
-    // as one pass.
+    // Bucket by bucket in forward order: the mean, the optimiser, and the
+    // bucket's new parameters at once to the workers waiting for this
+    // version (not after the last update: those get STOP), so that their
+    // forward starts while the layers above are still being updated.
+    // Element-wise, so the same bits as one pass.
     std::vector<int> answer;
     if (m_buckets.size() > 1 && !would_finish(examples, m_core.version())) {
       for (int w = 0; w < m_workers; ++w) {
@@ -423,9 +469,17 @@ void Shard::apply_one() {
     for (auto& c : m_current) c.reset();  // parameters change: answers publish anew
     for (std::size_t b = 0; b < m_buckets.size(); ++b) {
       const std::size_t at = m_buckets[b].offset - m_st.slice.offset;
+      if (!m_core.average(m_mean.data(), at, m_buckets[b].count)) {
+        // The buckets before this one are applied (and on their way to
+        // the workers above, which get STOP next).
+        return diverged("the mean gradient of " + std::to_string(m_buckets[b].count) +
+                        " parameters from " + std::to_string(m_buckets[b].offset) +
+                        " is not finite");
+      }
       m_params.apply_range(at, m_buckets[b].count, m_mean.data() + at, lr);
       for (const int w : answer) send_params(w, static_cast<int>(b));
     }
+    m_core.end_apply();
     m_params.end_update();
     for (const int w : answer) {
       m_pending[static_cast<std::size_t>(w)].waiting = false;
@@ -487,6 +541,7 @@ const comm::SharedMessage& Shard::publish(int bucket) {
   auto& h = msg.header();
   h = comm::make_header(Kind::kParams, m_self, m_self, m_core.bucket_version(bucket));
   h.count = static_cast<std::uint32_t>(span.count);
+  h.flags = comm::kFlagSplit;
   h.offset = static_cast<std::uint32_t>(span.offset);
   h.bucket = static_cast<std::uint16_t>(bucket);
   h.buckets = static_cast<std::uint16_t>(m_buckets.size());
@@ -500,16 +555,19 @@ const comm::SharedMessage& Shard::publish(int bucket) {
 void Shard::send_params(int w, int bucket) {
   const int rank = m_roles.worker_rank(w);
   const auto wi = static_cast<std::size_t>(w);
+  // The floats follow the header apart, so that they land in place.
+  const comm::SharedMessage& msg = publish(bucket);
   if (bucket == 0 && m_flag[wi] != 0) {
     // This worker saves its state before computing on these parameters:
-    // its own copy of the message, flagged.
-    auto msg = std::make_shared<Message>(*publish(0));
-    msg->header().flags |= comm::kFlagCheckpoint;
-    msg->header().step_seq = m_flag[wi];
-    m_data_sends.send(std::move(msg), rank, comm::kTagToWorker);
+    // its own copy of the header, flagged.
+    auto flagged = std::make_shared<Message>(0);
+    flagged->header() = msg->header();
+    flagged->header().flags |= comm::kFlagCheckpoint;
+    flagged->header().step_seq = m_flag[wi];
+    m_data_sends.send_split(std::move(flagged), msg, msg->payload(), rank, comm::kTagToWorker);
     return;
   }
-  m_data_sends.send(publish(bucket), rank, comm::kTagToWorker);
+  m_data_sends.send_split(msg, msg, msg->payload(), rank, comm::kTagToWorker);
 }
 
 bool Shard::answer_pulls() {

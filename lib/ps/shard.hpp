@@ -68,7 +68,11 @@ struct ShardSetup {
   const float* initial = nullptr;  // the slice's initial parameters
   MPI_Comm data_comm = MPI_COMM_NULL;
   MPI_Comm ctrl_comm = MPI_COMM_NULL;
-  MPI_Comm live_comm = MPI_COMM_NULL;     // heartbeats alone
+  MPI_Comm live_comm = MPI_COMM_NULL;  // heartbeats alone
+  // Every rank of this node has a core of its own: wait for messages by
+  // spinning (yielding), as MPI's own blocking calls do, rather than
+  // sleeping, which adds up to a sleep's length to every message's latency.
+  bool own_core = false;
   const RunClock* clock = nullptr;        // run-relative seconds
   metrics::StepLog* steps_log = nullptr;  // where this shard's step records go
   // Shard 0 without an evaluator rank: eval.jsonl, whose length a checkpoint records.
@@ -118,6 +122,7 @@ class Shard {
   void on_decision(int bytes);
   void send_decision(const metrics::StepRecord& rec);
   void on_worker_message(int w, int bytes, double seen);
+  void on_gradient(int w, double seen);
   void stage(int w, const comm::MsgHeader& h, const float* data);
   void apply_bucket(int w, const comm::MsgHeader& h, const float* data);
   float* staging(int w);

@@ -253,7 +253,20 @@ double ShardCore::time_to_deadline(double now) const {
 }
 
 StepRecord ShardCore::apply(float* mean, double now) {
+  StepRecord out = begin_apply(now);
+  if (mean != nullptr) {
+    m_mean_finite = average(mean, 0, m_count);
+  } else {
+    if (m_bucket_version.empty()) throw InternalError("shard apply() without a mean");
+    m_mean_finite = true;  // the loop checked each bucket before applying it
+  }
+  end_apply();
+  return out;
+}
+
+StepRecord ShardCore::begin_apply(double now) {
   if (m_used == 0) throw InternalError("shard apply() with no gradient");
+  if (m_averaging > 0) throw InternalError("shard begin_apply() before end_apply()");
   if (deferred()) {
     // Only the chosen ones count: the others were computed, but late.
     const std::vector<int> chosen = choose_deferred();
@@ -281,41 +294,6 @@ StepRecord ShardCore::apply(float* mean, double now) {
     if (m_virtual) now = m_step_start + last + m_apply_s;
     m_decided.erase(m_decided.begin(), m_decided.upper_bound(m_version));
   }
-  const float inv = 1.0f / static_cast<float>(m_used);
-  if (m_versioned) {
-    // Sum in worker order: the same N gradients give the same bits whatever
-    // order they arrived in.
-    bool first = true;
-    for (std::size_t w = 0; w < m_slots.size(); ++w) {
-      if (!m_contributed[w]) continue;
-      const float* g = m_slots[w].data();
-      if (first) {
-        std::copy(g, g + m_count, mean);
-        first = false;
-      } else {
-        for (std::size_t i = 0; i < m_count; ++i) mean[i] += g[i];
-      }
-    }
-    // The divergence check rides on the last pass over the mean.
-    std::uint32_t bad = 0;
-    for (std::size_t i = 0; i < m_count; ++i) {
-      mean[i] *= inv;
-      bad |= nonfinite_bit(mean[i]);
-    }
-    m_mean_finite = bad == 0;
-    std::fill(m_contributed.begin(), m_contributed.end(), 0);
-  } else if (mean == nullptr) {
-    if (m_bucket_version.empty()) throw InternalError("shard apply() without a mean");
-    m_mean_finite = true;  // the loop checked each bucket before applying it
-  } else {
-    std::uint32_t bad = 0;
-    for (std::size_t i = 0; i < m_count; ++i) {
-      mean[i] = m_sum[i] * inv;
-      bad |= nonfinite_bit(mean[i]);
-      m_sum[i] = 0.0f;
-    }
-    m_mean_finite = bad == 0;
-  }
   StepRecord out = std::move(m_current);
   out.step = m_version + 1;
   out.version = m_version;
@@ -325,12 +303,54 @@ StepRecord ShardCore::apply(float* mean, double now) {
   out.loss = static_cast<float>(m_loss_sum / m_used);
   if (m_virtual) out.clock = "virtual";
   ++m_version;
+  m_averaging = m_used;
   m_used = 0;
   m_loss_sum = 0.0;
   m_first_accept = -1.0;
   m_step_start = now;
   m_current = StepRecord{};
   return out;
+}
+
+bool ShardCore::average(float* mean, std::size_t offset, std::size_t count) {
+  if (m_averaging == 0) throw InternalError("shard average() outside begin_apply/end_apply");
+  if (offset + count > m_count) throw InternalError("shard average() outside the slice");
+  const float inv = 1.0f / static_cast<float>(m_averaging);
+  mean += offset;
+  std::uint32_t bad = 0;
+  if (m_versioned) {
+    // Sum in worker order: the same N gradients give the same bits whatever
+    // order they arrived in (and in whatever ranges they are averaged).
+    bool first = true;
+    for (std::size_t w = 0; w < m_slots.size(); ++w) {
+      if (!m_contributed[w]) continue;
+      const float* g = m_slots[w].data() + offset;
+      if (first) {
+        std::copy(g, g + count, mean);
+        first = false;
+      } else {
+        for (std::size_t i = 0; i < count; ++i) mean[i] += g[i];
+      }
+    }
+    // The divergence check rides on the last pass over the mean.
+    for (std::size_t i = 0; i < count; ++i) {
+      mean[i] *= inv;
+      bad |= nonfinite_bit(mean[i]);
+    }
+  } else {
+    float* sum = m_sum.data() + offset;
+    for (std::size_t i = 0; i < count; ++i) {
+      mean[i] = sum[i] * inv;
+      bad |= nonfinite_bit(mean[i]);
+      sum[i] = 0.0f;
+    }
+  }
+  return bad == 0;
+}
+
+void ShardCore::end_apply() {
+  if (m_versioned) std::fill(m_contributed.begin(), m_contributed.end(), 0);
+  m_averaging = 0;
 }
 
 void ShardCore::on_push(int worker) { ++m_clock[static_cast<std::size_t>(worker)]; }

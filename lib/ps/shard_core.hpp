@@ -124,6 +124,15 @@ class ShardCore {
   // Requires ready(). mean = nullptr (async bucketed: the loop applied
   // every bucket itself) only records and counts the update.
   StepRecord apply(float* mean, double now);
+  // apply() in pieces, for a loop that applies its slice bucket by bucket:
+  // begin_apply() closes the step (the record; the version advances),
+  // average() writes the mean of mean[offset, offset + count) and returns
+  // whether it is all finite, end_apply() comes after the last range (and
+  // every range of a softsync sum must be averaged once). No other call in
+  // between. The same bits as apply().
+  StepRecord begin_apply(double now);
+  bool average(float* mean, std::size_t offset, std::size_t count);
+  void end_apply();
   // Whether the mean the last apply() wrote is all finite (checked in the
   // same pass, so divergence detection costs no extra read of the vector).
   bool mean_finite() const { return m_mean_finite; }
@@ -188,6 +197,7 @@ class ShardCore {
   std::vector<char> m_contributed;          // sync/timeout: worker already in this step
   std::vector<float> m_sum;                 // async/softsync: running sum
   int m_used = 0;
+  int m_averaging = 0;  // between begin_apply() and end_apply(): the gradients averaged
   double m_loss_sum = 0.0;
   std::vector<std::int64_t> m_drops;
   std::vector<std::int64_t> m_clock;  // gradients pushed, per worker (ssp)

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
@@ -79,6 +80,9 @@ struct Job {
   std::unique_ptr<EvalLog> eval;
   std::optional<checkpoint::Checkpoint> resumed;  // this rank's part (and shard 0's)
   RunClock clock;
+  // Every rank of this node has a core of its own (ranks x compute.threads
+  // <= hardware threads): the exchange's waits spin instead of sleeping.
+  bool own_core = false;
 
   bool ps_mode() const { return roles.shards > 0; }
   MPI_Comm ctrl() const { return ctrl_comm.get(); }
@@ -160,6 +164,12 @@ void load_inputs(Job& job) {
 // 2. Workers need a training network, the eval writer a test one.
 void build_compute(Job& job) {
   const int local_rank = comm::node_local_rank(job.ctrl());  // picks the GPU
+  {
+    const comm::Communicator node(job.ctrl(), comm::Communicator::kNodeLocal);
+    const auto threads = static_cast<long>(std::max<std::int64_t>(1, job.cfg.compute.threads));
+    const auto cores = static_cast<long>(std::thread::hardware_concurrency());
+    job.own_core = cores > 0 && node.size() * threads <= cores;
+  }
   comm::agree(job.ctrl(), [&] {
     if (job.role != Role::kWorker && job.rank != job.eval_writer) return;
     job.backend = job.compute.make_backend(local_rank);
@@ -276,6 +286,7 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   st.ctrl_comm = job.ctrl();
   st.live_comm = job.live_comm.get();
   st.clock = &job.clock;
+  st.own_core = job.own_core;
   st.steps_log = job.steps.get();
   st.eval_file = job.rank == 0 && job.roles.evaluator_rank < 0 ? job.eval_file.get() : nullptr;
   st.run_dir = job.run_dir;
@@ -322,6 +333,7 @@ RoleOutcome run_worker_role(Job& job) {
   ws.slices = job.slices;
   ws.buckets = job.buckets;
   ws.pipeline = job.cfg.exchange.pipeline;
+  ws.own_core = job.own_core;
   ws.param_count = job.param_layout.count;
   ws.net = job.net.get();
   ws.train = &job.data.train;

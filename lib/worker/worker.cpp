@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <thread>
+#include <utility>
 
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/parts.hpp"
@@ -51,8 +53,8 @@ Worker::Worker(const WorkerSetup& st)
       m_loader(*st.train, m_batch, st.cfg->run.seed, st.worker, st.roles->workers,
                st.cfg->data.augment,
                {st.cfg->data.augment_max_rotate_deg, st.cfg->data.augment_max_zoom}),
-      m_params(st.param_count),
-      m_grad(st.param_count),
+      m_params(std::make_shared<std::vector<float>>(st.param_count)),
+      m_grad(std::make_shared<std::vector<float>>(st.param_count)),
       m_version(static_cast<std::size_t>(m_shards), 0),
       m_stopped(static_cast<std::size_t>(m_shards), 0),
       m_received(static_cast<std::size_t>(m_shards), 0),
@@ -64,17 +66,16 @@ Worker::Worker(const WorkerSetup& st)
     const std::vector<layout::Slice> own{st.slices[si]};
     const auto& cut = si < st.buckets.size() && !st.buckets[si].empty() ? st.buckets[si] : own;
     m_first.push_back(m_buckets.size());
-    std::size_t largest = 0;
     for (std::size_t i = 0; i < cut.size(); ++i) {
       m_buckets.push_back({s, static_cast<int>(i), cut[i].offset, cut[i].count, 0});
-      largest = std::max(largest, cut[i].count);
     }
-    m_replies.add(s, comm::kTagToWorker, st.data_comm, largest);
+    // Parameters are received in place (post_bucket); the slot's own
+    // buffer holds the header.
+    m_replies.add(s, comm::kTagToWorker, st.data_comm, 0);
     shards.push_back(s);
   }
-  for (auto& box : m_outbox) {
-    for (const auto& b : m_buckets) box.push_back(std::make_shared<Message>(b.count));
-  }
+  for (std::size_t g = 0; g < m_buckets.size(); ++g)
+    m_outbox.push_back(std::make_shared<Message>(0));
   m_sent.assign(m_buckets.size(), 0);
   m_watch = std::make_unique<comm::Watch>(st.live_comm, m_rank, shards, shards,
                                           st.cfg->cluster.dead_after_s, st.clock->now());
@@ -101,9 +102,14 @@ void Worker::send_small(Kind kind, int shard, std::uint64_t seq) {
   m_sends.send(comm::make_message(0, h), shard, comm::kTagToShard);
 }
 
+// The receive of shard s's next message: a bucket's header (this answer's
+// first when none came yet), whose payload then comes straight into its
+// place in the parameters (take()).
+void Worker::post_bucket(int s) { m_replies.post(s); }
+
 // The first pull: any version will do.
 void Worker::pull_any() {
-  for (int s = 0; s < m_shards; ++s) m_replies.post(s);
+  for (int s = 0; s < m_shards; ++s) post_bucket(s);
   for (int s = 0; s < m_shards; ++s) send_small(Kind::kPull, s, 0);
 }
 
@@ -126,71 +132,90 @@ void Worker::watch(double now) {
 
 // One message from shard s: its next bucket of parameters (a shard sends
 // them in forward order), or STOP as the first message of an answer.
-void Worker::take(int s, int bytes, std::optional<std::uint64_t>* checkpoint_step) {
+void Worker::take(int s, int bytes) {
   const auto si = static_cast<std::size_t>(s);
   const auto& m = m_replies.message(s);
   const std::size_t first = m_first[si];
   const std::size_t end = si + 1 < m_first.size() ? m_first[si + 1] : m_buckets.size();
+  const auto& h = m.header();
+  if (m_replies.raw(s)) {
+    // The payload of the bucket whose header came last, now in place.
+    if (bytes != static_cast<int>(h.count * sizeof(float))) {
+      throw InternalError("worker " + std::to_string(m_st.worker) + " (rank " +
+                          std::to_string(m_rank) + "): parameter bucket " +
+                          std::to_string(h.bucket) + " from shard " + std::to_string(s) + " has " +
+                          std::to_string(bytes) + " bytes, its header says " +
+                          std::to_string(h.count * sizeof(float)));
+    }
+    m_buckets[first + h.bucket].version = h.param_version;
+    if (h.bucket == 0) m_version[si] = h.param_version;
+    if (++m_received[si] < static_cast<int>(end - first)) post_bucket(s);
+    return;
+  }
   std::vector<comm::BucketSpan> spans;
-  for (std::size_t g = first; g < end; ++g)
+  for (std::size_t g = first; g < end; ++g) {
     spans.push_back({m_buckets[g].offset, m_buckets[g].count});
-  const bool answer_start = m_received[si] == 0;
-  const std::string err = comm::check_header(
-      m.header(), {static_cast<std::uint32_t>(s),
-                   answer_start ? std::vector<Kind>{Kind::kParams, Kind::kStop}
-                                : std::vector<Kind>{Kind::kParams},
-                   static_cast<std::uint32_t>(s), m_st.slices[si].count, bytes, &spans});
+  }
+  // STOP comes first, or after some buckets of an update that diverged
+  // halfway through its slice.
+  std::string err = comm::check_header(h, {static_cast<std::uint32_t>(s),
+                                           {Kind::kParams, Kind::kStop},
+                                           static_cast<std::uint32_t>(s),
+                                           m_st.slices[si].count,
+                                           bytes,
+                                           &spans});
+  if (err.empty() && static_cast<Kind>(h.kind) == Kind::kParams) {
+    if ((h.flags & comm::kFlagSplit) == 0) {
+      err = "PARAMS from shard " + std::to_string(s) + " with its payload inline, not apart";
+    } else if (h.bucket != m_received[si]) {
+      err = "parameter bucket " + std::to_string(h.bucket) + " from shard " + std::to_string(s) +
+            ", expected bucket " + std::to_string(m_received[si]) +
+            " (a shard sends them in forward order)";
+    }
+  }
   if (!err.empty()) {
     throw InternalError("worker " + std::to_string(m_st.worker) + " (rank " +
                         std::to_string(m_rank) + ") rejected a " + err);
   }
-  const auto& h = m.header();
-  if ((h.flags & comm::kFlagCheckpoint) != 0 && checkpoint_step != nullptr) {
-    *checkpoint_step = h.step_seq;
-  }
+  // (Kept until the step starts: an answer may begin to arrive while the
+  // gradient is still going out.)
+  if ((h.flags & comm::kFlagCheckpoint) != 0) m_checkpoint_step = h.step_seq;
   if (static_cast<Kind>(h.kind) == Kind::kStop) {
     m_stopped[si] = 1;
     if (s == 0) m_result.code = static_cast<ExitCode>(h.code);
-    m_received[si] = static_cast<int>(end - first);  // nothing more comes this step
+    // Nothing more comes this step: what is missing stays as it was.
+    m_received[si] = static_cast<int>(end - first);
     return;
   }
-  if (h.bucket != m_received[si]) {
-    throw InternalError("worker " + std::to_string(m_st.worker) + " (rank " +
-                        std::to_string(m_rank) + ") got parameter bucket " +
-                        std::to_string(h.bucket) + " from shard " + std::to_string(s) +
-                        ", expected bucket " + std::to_string(m_received[si]) +
-                        " (a shard sends them in forward order)");
-  }
-  Bucket& b = m_buckets[first + h.bucket];
-  std::copy_n(m.payload(), b.count, m_params.begin() + static_cast<std::ptrdiff_t>(b.offset));
-  b.version = h.param_version;
-  if (h.bucket == 0) m_version[si] = h.param_version;
-  if (++m_received[si] < static_cast<int>(end - first)) m_replies.post(s);
+  // The header is valid: its floats go straight into the parameters.
+  const Bucket& b = m_buckets[first + h.bucket];
+  m_replies.post_payload(s, m_params, m_params->data() + b.offset, b.count);
 }
 
 // The first message of every shard's answer: new parameters or STOP.
 // Returns false when every shard has said STOP.
 bool Worker::receive_params() {
   const auto t_wait = Clock::now();
-  std::fill(m_received.begin(), m_received.end(), 0);
+  // (m_received was reset when each answer's receive was posted; an answer
+  // may have begun to arrive while the gradient went out.)
   std::fill(m_sent.begin(), m_sent.end(), 0);
-  std::optional<std::uint64_t> checkpoint_step;
   while (std::any_of(m_received.begin(), m_received.end(), [](int r) { return r == 0; })) {
     const auto done = m_replies.test();
     const double now = m_st.clock->now();
     watch(now);
     if (done.empty()) {
       m_sends.progress();
-      m_backoff.idle(std::min(kStepPollS, m_watch->time_to_next_deadline(now)));
+      idle(now);
       continue;
     }
     m_backoff.busy();
     for (const auto& d : done) {
       m_watch->heard(d.slot, now);
-      take(d.slot, d.bytes, &checkpoint_step);
+      take(d.slot, d.bytes);
     }
   }
   m_result.wait_s += since(t_wait);
+  const auto checkpoint_step = std::exchange(m_checkpoint_step, std::nullopt);
   if (checkpoint_step && checkpoint_step != m_saved) save_part(*checkpoint_step);
   const bool more = !std::all_of(m_stopped.begin(), m_stopped.end(), [](char c) { return c != 0; });
   if (more) snapshot();
@@ -209,13 +234,13 @@ void Worker::await_bucket(std::size_t g) {
     watch(now);
     if (done.empty()) {
       m_sends.progress();
-      m_backoff.idle(std::min(kStepPollS, m_watch->time_to_next_deadline(now)));
+      idle(now);
       continue;
     }
     m_backoff.busy();
     for (const auto& d : done) {
       m_watch->heard(d.slot, now);
-      take(d.slot, d.bytes, nullptr);
+      take(d.slot, d.bytes);
     }
   }
   m_result.wait_s += since(t_wait);
@@ -248,13 +273,8 @@ void Worker::grads_ready(std::size_t offset, float loss) {
 void Worker::send_bucket(std::size_t g) {
   const Bucket& b = m_buckets[g];
   const auto si = static_cast<std::size_t>(b.shard);
-  auto& slot = m_outbox[m_step % 2][g];
-  // The buffer of two steps ago must be free before it is rewritten.
-  while (slot.use_count() > 1) {
-    m_sends.progress();
-    m_backoff.idle(kStepPollS);
-  }
-  m_backoff.busy();
+  auto& slot = m_outbox[g];
+  if (slot.use_count() > 1) throw InternalError("worker: a gradient header still in flight");
   const std::size_t end = si + 1 < m_first.size() ? m_first[si + 1] : m_buckets.size();
   Message& m = *slot;
   auto& h = m.header();
@@ -270,15 +290,16 @@ void Worker::send_bucket(std::size_t g) {
   h.compute_s = b.index == 0 || m_virtual ? m_compute_s : since(m_compute_start);
   h.vtime_s = m_vtime_s;
   h.examples = *std::min_element(m_version.begin(), m_version.end());
-  std::copy_n(m_grad.begin() + static_cast<std::ptrdiff_t>(b.offset), b.count, m.payload());
+  h.flags = comm::kFlagSplit;
   if (b.index == 0) {
     // This completes the gradient at the shard and asks for parameters:
     // the receive for the answer is posted first (every bucket of this
     // step's parameters is in: the forward needed them all).
     await_bucket(end - 1);
-    m_replies.post(b.shard);
+    m_received[si] = 0;
+    post_bucket(b.shard);
   }
-  m_sends.send(slot, b.shard, comm::kTagToShard);
+  m_sends.send_split(slot, m_grad, m_grad->data() + b.offset, b.shard, comm::kTagToShard);
   m_sent[g] = 1;
 }
 
@@ -316,14 +337,15 @@ void Worker::compute() {
     m_compute_s = modelled_compute_s(m_st.cfg->sim, m_st.worker, m_step);
     m_vtime_s = m_compute_s + m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
   }
+  await_sends();
   m_compute_start = Clock::now();
   if (m_st.pipeline) {
-    Hooks hooks(*this, m_params.size());
-    m_loss = m_st.net->train_step_staged(m_params.data(), m_loader.images(), m_loader.labels(),
-                                         m_batch, m_grad.data(), hooks);
+    Hooks hooks(*this, m_params->size());
+    m_loss = m_st.net->train_step_staged(m_params->data(), m_loader.images(), m_loader.labels(),
+                                         m_batch, m_grad->data(), hooks);
   } else {
-    m_loss = m_st.net->train_step(m_params.data(), m_loader.images(), m_loader.labels(), m_batch,
-                                  m_grad.data());
+    m_loss = m_st.net->train_step(m_params->data(), m_loader.images(), m_loader.labels(), m_batch,
+                                  m_grad->data());
   }
   const double measured = since(m_compute_start);
   m_result.compute_s += measured;
@@ -334,6 +356,30 @@ void Worker::compute() {
     comm::sleep_s(delay);
     m_result.delay_s += delay;
   }
+}
+
+// Nothing came: a step waits on this, so look again soon (spin when this
+// rank has a core of its own).
+void Worker::idle(double now) {
+  if (m_st.own_core) {
+    std::this_thread::yield();
+  } else {
+    m_backoff.idle(std::min(kStepPollS, m_watch->time_to_next_deadline(now)));
+  }
+}
+
+// The gradient is sent from where backward writes it: before the next
+// backward, every send of the last one must have completed (they have been
+// received already: every shard answered after the whole gradient came).
+void Worker::await_sends() {
+  while (m_sends.in_flight() > 0) {
+    m_sends.progress();
+    if (m_sends.in_flight() == 0) break;
+    const double now = m_st.clock->now();
+    watch(now);
+    idle(now);
+  }
+  m_backoff.busy();
 }
 
 // Sends what the step has not sent yet, top shard first: without the

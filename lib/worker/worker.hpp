@@ -51,6 +51,9 @@ struct WorkerSetup {
   // into the flat parameter vector); empty: one per shard.
   std::vector<std::vector<layout::Slice>> buckets;
   bool pipeline = false;  // compute with nn::Network::train_step_staged
+  // Every rank of this node has a core of its own: wait by spinning
+  // (yielding) rather than sleeping (ps::ShardSetup::own_core).
+  bool own_core = false;
   std::size_t param_count = 0;
   nn::Network* net = nullptr;
   const data::Dataset* train = nullptr;
@@ -86,8 +89,11 @@ class Worker {
   void pull_any();
   bool receive_params();
   void watch(double now);
-  void take(int shard, int bytes, std::optional<std::uint64_t>* checkpoint_step);
+  void take(int shard, int bytes);
   void await_bucket(std::size_t g);
+  void post_bucket(int shard);
+  void await_sends();
+  void idle(double now);
   void need_params(std::size_t offset, std::size_t count);
   void grads_ready(std::size_t offset, float loss);
   void send_bucket(std::size_t g);
@@ -103,7 +109,9 @@ class Worker {
   const int m_rank;
   const int m_batch;
   data::BatchLoader m_loader;
-  std::vector<float> m_params, m_grad;
+  // The network's parameters and gradient, which the exchange receives into
+  // and sends from in place (shared with the requests that use them).
+  std::shared_ptr<std::vector<float>> m_params, m_grad;
   std::vector<std::uint64_t> m_version;  // per shard, of the parameters held (its bucket 0's)
   std::vector<char> m_stopped;           // per shard
   std::vector<Bucket> m_buckets;         // every shard's, in forward order
@@ -112,15 +120,15 @@ class Worker {
   std::vector<char> m_sent;              // per bucket: its gradient sent this step
   comm::RecvSlots m_replies;             // one per shard
   comm::SendQueue m_sends;
-  // Two gradient buffers per bucket: a send in flight never blocks the next
-  // computation, and a buffer is only rewritten once its send completed.
-  std::vector<comm::SharedMessage> m_outbox[2];
+  // The header of each bucket's gradient message (its payload is m_grad's).
+  std::vector<comm::SharedMessage> m_outbox;
   std::unique_ptr<comm::Watch> m_watch;
   comm::IdleBackoff m_backoff;
   std::uint64_t m_step = 0;
   std::optional<std::uint64_t> m_saved;  // the last checkpoint this worker saved its part of
-  checkpoint::State m_snap;              // the state before the current compute
-  std::uint64_t m_snap_version = 0;      // shard 0's version it computes on
+  std::optional<std::uint64_t> m_checkpoint_step;  // flagged in the answer arriving
+  checkpoint::State m_snap;                        // the state before the current compute
+  std::uint64_t m_snap_version = 0;                // shard 0's version it computes on
   bool m_stop_requested = false;
   const bool m_virtual;  // train.clock = virtual
   float m_loss = 0.0f;
