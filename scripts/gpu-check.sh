@@ -25,7 +25,8 @@
 #   launcher     30  the carried mpirun starts 4 ranks (--dry-run, no GPU)
 #   cuda_logic   20  cuda/'s decisions that need no GPU
 #   (no GPU: summary says so, exit 77)
-#   cuda_tests  150  kernels, backend vs the CPU oracle, replica, host waits
+#   cuda_tests  150  kernels, backend vs the CPU oracle (every layer kind,
+#                    a projection block, resnet20), replica, host waits
 #   nccl_np1     45  NCCL vs MPI, the replica's NCCL step, the stuck stream
 #   nccl_np2     60  the same with 2 and 4 ranks sharing the GPU (each its
 #   nccl_np4     75  own NCCL host): multi-rank allreduce, a missing peer
@@ -34,8 +35,9 @@
 #   allreduce_fmnist 75  mpirun -np 4 allreduce, the same threshold
 #   bench       150  bench/cnn_cuda_vs_torch.py, largest batch first
 #                    (1024, 512, 128, 32), OUT/bench.json rewritten after each
-#   memcheck     90  compute-sanitizer memcheck, last; a timeout is
-#                    "inconclusive", not a failure
+#   memcheck  3x45  compute-sanitizer memcheck, last (the kernels, a
+#                    residual block through cuDNN, a replica test, each in
+#                    what is left); a timeout is "inconclusive", not a failure
 # Every step's output goes to OUT/gpu-check.log as it comes, each line
 # stamped with the seconds since the start; OUT/summary.json and
 # OUT/summary.txt are rewritten after every step (verdict, machine, steps
@@ -686,7 +688,10 @@ else
   DETAILS=""
   ST=passed
   MEMCHECK_S=0
-  for filter in "[kernels]" "cuda replica: a non-finite gradient is seen"; do
+  # The kernels first, then a layer graph through cuDNN (conv with stride and
+  # projection, batch norm, add, pooling, fc, the statistics pass), then the
+  # replica; each gets what is left of its limit.
+  for filter in "[kernels]" "cuda graph: a residual block*" "cuda replica: a non-finite gradient is seen"; do
     run memcheck "${SYNCOPT_GPU_CHECK_MEMCHECK_S:-45}" "$SANITIZER" --tool memcheck \
       --error-exitcode 9 --leak-check no "$W/syncopt_cuda_tests" "$filter"
     MEMCHECK_S=$((MEMCHECK_S + SECS))

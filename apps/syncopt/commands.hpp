@@ -27,6 +27,12 @@ train::Invocation make_invocation(const std::vector<std::string>& argv,
                                   const std::vector<std::string>& overrides);
 extern const char* const kExitCodes;
 
+// `--set section.key=value` on `cmd`, into `overrides`: repeatable, one value
+// per --set wherever it stands (before the config path too). Every
+// subcommand that reads a config takes it this way.
+CLI::Option* add_set_option(CLI::App* cmd, std::vector<std::string>& overrides,
+                            const std::string& help);
+
 struct TrainArgs {
   std::vector<std::string> argv;  // the whole command line, for run.json
   std::string config_path;

@@ -64,7 +64,11 @@ int run_export(const std::string& dir, const std::string& out) {
     std::fprintf(stderr, "syncopt export: %s is incomplete (%s): %s\n", dir.c_str(),
                  status.status.c_str(), status.why.c_str());
   }
-  for (const auto& f : metrics::export_csv(run, to)) std::printf("%s\n", f.string().c_str());
+  // The torn-last-record rule of `syncopt report`: only an unfinished run
+  // may end in a record being written.
+  for (const auto& f : metrics::export_csv(run, to, !status.complete())) {
+    std::printf("%s\n", f.string().c_str());
+  }
   return 0;
 }
 

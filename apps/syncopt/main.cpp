@@ -12,26 +12,12 @@
 #include "commands.hpp"
 #include "common/error.hpp"
 #include "common/signals.hpp"
+#include "common/suggest.hpp"
 #include "config/config.hpp"
 
 using namespace syncopt::app;
 
 namespace {
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 // The subcommands with their first sentence, one per line.
 std::string subcommand_list(const CLI::App& app) {
@@ -56,7 +42,7 @@ std::string unknown_subcommand(const CLI::App& app, int argc, char** argv) {
   std::size_t best_d = 3;  // a typo or two, not another word
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
     if (sub->get_name() == word) return "";
-    const std::size_t d = edit_distance(word, sub->get_name());
+    const std::size_t d = syncopt::edit_distance(word, sub->get_name());
     if (d < best_d || (sub->get_name().starts_with(word) && best.empty())) {
       best = sub->get_name();
       best_d = std::min(d, best_d);

@@ -46,11 +46,9 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
       "Thousands of workers take seconds.");
   cmd->add_option("config", args.config_path, "TOML experiment file, e.g. configs/sim-k100.toml")
       ->required();
-  cmd->add_option("--set", args.overrides,
-                  "Override one key, section.key=value (repeatable), e.g. --set sim.workers=1000 "
-                  "--set train.backups=4")
-      ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
+  add_set_option(cmd, args.overrides,
+                 "Override one key, section.key=value (repeatable), e.g. --set sim.workers=1000 "
+                 "--set train.backups=4");
   cmd->add_option("--from", args.from,
                   "A real run directory (runs/<name>) to fit the timing to: each worker's "
                   "measured compute time and overhead per gradient (arrival - answer - compute - "
@@ -83,6 +81,7 @@ int run_simulate(const SimulateArgs& args) {
   const sim::SimulateOutcome out = sim::simulate_run(cfg, opt);
   // run.json like a real run's: one process, the simulated layout.
   train::LaunchFacts facts;
+  facts.process_role = "simulator";
   try {
     facts.roles = layout::make_roles(
         cfg, static_cast<int>(cfg.cluster.ps + (cfg.cluster.evaluator ? 1 : 0) + cfg.sim.workers));
@@ -130,9 +129,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
                   "A config to simulate for every N (train.mode = sync, train.backups = K - N, "
                   "sim.workers = K): T(N, b) from the simulated arrivals; train.steps updates each")
       ->type_name("CONFIG");
-  cmd->add_option("--set", args.overrides, "With --sim: override a key, e.g. --set train.steps=200")
-      ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
+  add_set_option(cmd, args.overrides, "With --sim: override a key, e.g. --set train.steps=200");
   cmd->add_option("--from", args.from, "With --sim: fit the timing to a real run (as simulate)")
       ->type_name("RUN_DIR");
   cmd->add_option("--n", args.n_values,

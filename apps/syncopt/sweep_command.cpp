@@ -29,10 +29,8 @@ CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args) {
       ->type_name("KEY=V1,V2")
       ->allow_extra_args(false)
       ->required();
-  cmd->add_option("--set", args.overrides,
-                  "Override a key in every run, section.key=value (repeatable)")
-      ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
+  add_set_option(cmd, args.overrides,
+                 "Override a key in every run, section.key=value (repeatable)");
   cmd->add_option("--out", args.out, "Write the sweep file here instead of printing it");
   cmd->footer(
       "Examples:\n"

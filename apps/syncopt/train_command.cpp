@@ -194,11 +194,6 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     // The model fits its input (as data.name gives it) before anything
     // starts: a shape error is a config error of every rank, said once.
     (void)nn::model_graph(train::expected_model_spec(cfg));
-    // The CUDA backend runs straight-line models only, for now: say so
-    // here rather than after the data is loaded.
-    if (cfg.compute.backend == config::Backend::kCuda) {
-      (void)nn::net_spec(train::expected_model_spec(cfg));
-    }
     roles = layout::make_roles(cfg, mpi.size());
     compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads),
                                 cfg.cluster.dead_after_s);
@@ -286,6 +281,13 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
   return static_cast<int>(r.outcome.exit_code);
 }
 
+CLI::Option* add_set_option(CLI::App* cmd, std::vector<std::string>& overrides,
+                            const std::string& help) {
+  // One value per --set, wherever it stands: a vector option would
+  // otherwise swallow the config path that follows it.
+  return cmd->add_option("--set", overrides, help)->type_name("KEY=VALUE")->allow_extra_args(false);
+}
+
 CLI::App* add_train_command(CLI::App& app, TrainArgs& targs) {
   auto* train = app.add_subcommand(
       "train", "Train a model as described by a TOML config (see the key reference below).");
@@ -293,13 +295,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& targs) {
       ->add_option("config", targs.config_path,
                    "TOML experiment file, e.g. configs/fmnist-local.toml")
       ->required();
-  // One value per --set, wherever it stands: a vector option would
-  // otherwise swallow the config path that follows it.
-  train
-      ->add_option("--set", targs.overrides,
-                   "Override one key, section.key=value (repeatable), e.g. --set train.batch=64")
-      ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
+  add_set_option(train, targs.overrides,
+                 "Override one key, section.key=value (repeatable), e.g. --set train.batch=64");
   train->add_flag("--dry-run", targs.dry_run,
                   "Validate the config, print it resolved and the role of every rank, then exit");
   train->add_flag("-q,--quiet", targs.quiet, "Only warnings and the final summary");

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "nn/dropout.hpp"
 #include "syncopt_cuda/check.hpp"
 #include "syncopt_cuda/kernels.hpp"
 
@@ -59,11 +60,82 @@ __global__ void bias_act_kernel(float* y, const float* bias, std::size_t total, 
   }
 }
 
-__global__ void relu_backward_kernel(const float* y, const float* dy, std::size_t n, float* dx) {
+__global__ void relu_backward_kernel(const float* y, const float* dy, std::size_t n, float* dx,
+                                     bool accumulate) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    const float g = y[i] > 0.0f ? dy[i] : 0.0f;
+    dx[i] = accumulate ? dx[i] + g : g;
   }
+}
+
+__global__ void add_act_kernel(const float* a, const float* b, std::size_t n, bool relu, float* y) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float v = a[i] + b[i];
+    y[i] = relu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+__global__ void accumulate_kernel(float* dst, const float* src, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    dst[i] += src[i];
+  }
+}
+
+__global__ void dropout_forward_kernel(const float* x, std::size_t n, std::uint64_t key,
+                                       std::uint64_t threshold, float keep_scale, float* y) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    y[i] = nn::dropout::keep(key, i, threshold) ? x[i] * keep_scale : 0.0f;
+  }
+}
+
+__global__ void dropout_backward_kernel(const float* dy, std::size_t n, std::uint64_t key,
+                                        std::uint64_t threshold, float keep_scale, float* dx,
+                                        bool accumulate) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    // Rounded before the sum (no FMA contraction), as the CPU backend computes it.
+    const float g = nn::dropout::keep(key, i, threshold) ? __fmul_rn(dy[i], keep_scale) : 0.0f;
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
+// One block per channel ch of x [n, c, hw]: the mean, then the mean squared
+// deviation, both summed in double in a fixed order (deterministic).
+__global__ void bn_batch_statistics_kernel(const float* x, int n, int c, int hw, double* sums) {
+  const int ch = blockIdx.x;
+  const long long count = static_cast<long long>(n) * hw;
+  double s = 0.0;
+  for (long long k = threadIdx.x; k < count; k += blockDim.x) {
+    const long long img = k / hw, pos = k % hw;
+    s += x[(img * c + ch) * hw + pos];
+  }
+  const double mean = block_sum(s) / static_cast<double>(count);
+  double q = 0.0;
+  for (long long k = threadIdx.x; k < count; k += blockDim.x) {
+    const long long img = k / hw, pos = k % hw;
+    const double d = x[(img * c + ch) * hw + pos] - mean;
+    q += d * d;
+  }
+  const double var = block_sum(q) / static_cast<double>(count);
+  if (threadIdx.x == 0) {
+    const float mean_f = static_cast<float>(mean), var_f = static_cast<float>(var);
+    sums[ch] += mean_f;
+    sums[c + ch] += static_cast<double>(var_f) + static_cast<double>(mean_f) * mean_f;
+  }
+}
+
+__global__ void bn_finish_statistics_kernel(const double* sums, int c, int batches, float* mean,
+                                            float* var) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const double m = sums[ch] / batches;
+  const double v = sums[c + ch] / batches - m * m;
+  mean[ch] = static_cast<float>(m);
+  var[ch] = static_cast<float>(v > 0.0 ? v : 0.0);
 }
 
 // Bias gradient, convolutions (hw > 1). Stage 1: block (j, ch) sums the
@@ -284,10 +356,56 @@ void bias_act_forward(float* y, const float* bias, int n, int c, int hw, bool re
   check_launch("bias_act_kernel");
 }
 
-void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cudaStream_t stream) {
+void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cudaStream_t stream,
+                   bool accumulate) {
   if (n == 0) return;
-  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, n, dx);
+  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, n, dx, accumulate);
   check_launch("relu_backward_kernel");
+}
+
+void add_act_forward(const float* a, const float* b, std::size_t n, bool relu, float* y,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  add_act_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, n, relu, y);
+  check_launch("add_act_kernel");
+}
+
+void accumulate(float* dst, const float* src, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  accumulate_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dst, src, n);
+  check_launch("accumulate_kernel");
+}
+
+void dropout_forward(const float* x, std::size_t n, std::uint64_t node_key, std::uint64_t threshold,
+                     float keep_scale, float* y, cudaStream_t stream) {
+  if (n == 0) return;
+  dropout_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, node_key, threshold,
+                                                                 keep_scale, y);
+  check_launch("dropout_forward_kernel");
+}
+
+void dropout_backward(const float* dy, std::size_t n, std::uint64_t node_key,
+                      std::uint64_t threshold, float keep_scale, float* dx, bool accumulate,
+                      cudaStream_t stream) {
+  if (n == 0) return;
+  dropout_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, n, node_key, threshold,
+                                                                  keep_scale, dx, accumulate);
+  check_launch("dropout_backward_kernel");
+}
+
+void bn_batch_statistics(const float* x, int n, int c, int hw, double* sums, cudaStream_t stream) {
+  if (n <= 0 || c <= 0 || hw <= 0) return;
+  bn_batch_statistics_kernel<<<static_cast<unsigned int>(c), kThreads, 0, stream>>>(x, n, c, hw,
+                                                                                    sums);
+  check_launch("bn_batch_statistics_kernel");
+}
+
+void bn_finish_statistics(const double* sums, int c, int batches, float* mean, float* var,
+                          cudaStream_t stream) {
+  if (c <= 0) return;
+  const unsigned int blocks = static_cast<unsigned int>((c + kThreads - 1) / kThreads);
+  bn_finish_statistics_kernel<<<blocks, kThreads, 0, stream>>>(sums, c, batches, mean, var);
+  check_launch("bn_finish_statistics_kernel");
 }
 
 std::size_t bias_backward_scratch(int n, int c, int hw) {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "config/text.hpp"
+#include "config/values.hpp"
 
 namespace syncopt::config {
 
@@ -62,15 +63,7 @@ std::string_view suggest_type(std::string_view word) {
 
 std::string quoted(std::string_view s) { return toml_string(s); }
 
-std::string describe(const toml::node& node) {
-  if (const auto* v = node.as_string()) return "string " + quoted(v->get());
-  if (const auto* v = node.as_integer()) return "integer " + std::to_string(v->get());
-  if (const auto* v = node.as_floating_point()) return "float " + format_number(v->get());
-  if (const auto* v = node.as_boolean()) return v->get() ? "true" : "false";
-  if (node.is_array()) return "an array";
-  if (node.is_table()) return "a table";
-  return "a date or time";
-}
+using detail::describe;  // the key table's wording (config/values.hpp)
 
 // One layer table being read; its problems go to `problems`.
 class LayerReader {

@@ -33,7 +33,9 @@ std::optional<std::string> read_layers(const toml::node& node, std::vector<nn::L
 // read_layers reads back equal; "[]" when empty.
 std::string layers_toml(const std::vector<nn::LayerDesc>& layers);
 
-// The layer attributes, per type, for --help and the messages.
+// The layer attributes, per type ("conv (out, kernel, ...); bn (eps); ..."):
+// the table the reader checks attributes against, which the model.layers key
+// description must cover (a unit test holds it to that).
 std::string layers_reference();
 
 }  // namespace syncopt::config

@@ -62,6 +62,27 @@ std::string name_part(const std::string& text) {
 }  // namespace
 
 std::vector<SweepRun> expand(const std::vector<SweepAxis>& axes, const std::string& base) {
+  // A key swept twice would name runs by values they do not use; a value
+  // given twice, or two values that read alike in a name, would give two
+  // runs one run directory.
+  for (std::size_t a = 0; a < axes.size(); ++a) {
+    for (std::size_t o = 0; o < a; ++o) {
+      if (axes[o].key == axes[a].key) {
+        throw ConfigError("-m " + axes[a].key + " is given twice; give all its values in one -m " +
+                          axes[a].key + "=v1,v2,...");
+      }
+    }
+    for (std::size_t i = 0; i < axes[a].values.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (name_part(axes[a].values[i]) == name_part(axes[a].values[j])) {
+          throw ConfigError("-m " + axes[a].key + ": the values '" + axes[a].values[j] + "' and '" +
+                            axes[a].values[i] +
+                            "' would name their runs alike (run names keep letters, digits and "
+                            ". - only); give distinct values");
+        }
+      }
+    }
+  }
   std::vector<std::string> label(axes.size());
   for (std::size_t a = 0; a < axes.size(); ++a) {
     const std::string shortk = axes[a].key.substr(axes[a].key.find('.') + 1);

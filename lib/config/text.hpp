@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/suggest.hpp"
+
 namespace syncopt::config::detail {
 
 std::string trim(std::string_view s);
@@ -24,8 +26,10 @@ std::string toml_string(std::string_view s);
 std::string wrap(std::string_view text, std::string_view indent, std::size_t width);
 // `text` on one line: control characters escaped as in TOML ("\\n").
 std::string printable(std::string_view text);
-std::size_t edit_distance(std::string_view a, std::string_view b);
-// The closest candidate within a small edit distance, or "" (typo hints).
-std::string_view closest(std::string_view word, const std::vector<std::string_view>& candidates);
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
+// points above U+10FFFF).
+bool valid_utf8(std::string_view s);
+// Typo hints (common/suggest.hpp), visible here as detail::closest.
+using syncopt::closest;
 
 }  // namespace syncopt::config::detail

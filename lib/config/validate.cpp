@@ -79,6 +79,11 @@ void check_each_key(const Config& cfg,
         break;
       }
       case KeyType::kString:
+        // Names and paths go into file names and JSON records: text only.
+        if (!valid_utf8(field_of<std::string>(spec, cfg))) {
+          add(spec, "is not valid UTF-8 text; write it in UTF-8");
+        }
+        break;
       case KeyType::kBool:
       case KeyType::kEnum:    // only valid names can be stored
       case KeyType::kLayers:  // checked as read; shapes when the model is built

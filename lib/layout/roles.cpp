@@ -33,8 +33,9 @@ std::string Roles::role_name(int rank) const {
 namespace {
 
 // K, and where it comes from, for messages.
-std::string workers_text(long workers, int world, const std::string& need) {
-  return std::to_string(workers) + " workers (world " + std::to_string(world) + " - " + need + ")";
+std::string workers_text(long workers, int world, long ps, long eval) {
+  return std::to_string(workers) + " workers (world " + std::to_string(world) + " - cluster.ps " +
+         std::to_string(ps) + (eval ? " - 1 evaluator" : "") + ")";
 }
 
 }  // namespace
@@ -53,7 +54,7 @@ std::vector<std::string> check_layout(const config::Config& cfg, int world) {
   const long ps = cfg.cluster.ps;
   const long eval = cfg.cluster.evaluator ? 1 : 0;
   const long workers = world - ps - eval;
-  const std::string need = "cluster.ps = " + std::to_string(ps) + (eval ? " - 1 evaluator" : "");
+  const std::string need = "cluster.ps = " + std::to_string(ps) + (eval ? " + 1 evaluator" : "");
   if (workers < 1) {
     // The smallest world that fits: one worker, or b + 1 with a fixed b.
     long min_workers = 1;
@@ -67,7 +68,7 @@ std::vector<std::string> check_layout(const config::Config& cfg, int world) {
     return errs;
   }
   for (auto& e : config::update_rule_problems(cfg, cfg.train.mode, static_cast<int>(workers),
-                                              workers_text(workers, world, need))) {
+                                              workers_text(workers, world, ps, eval))) {
     errs.push_back(std::move(e));
   }
   return errs;

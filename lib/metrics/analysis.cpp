@@ -261,7 +261,7 @@ RunAnalysis write_summary(const std::filesystem::path& run_dir, const RunInfo& i
                           const json& extra) {
   RunAnalysis an = analyze(read_steps(run_dir / "steps.jsonl"), info);
   for (const auto& [k, v] : extra.items()) an.summary[k] = v;
-  write_file_atomic(run_dir / "summary.json", an.summary.dump(2) + "\n");
+  write_file_atomic(run_dir / "summary.json", json_text(an.summary, 2) + "\n");
   return an;
 }
 

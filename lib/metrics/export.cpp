@@ -65,7 +65,8 @@ std::string to_csv(const std::vector<json>& rows, const std::vector<std::string>
   return out;
 }
 
-std::vector<fs::path> export_csv(const fs::path& run_dir, const fs::path& out_dir) {
+std::vector<fs::path> export_csv(const fs::path& run_dir, const fs::path& out_dir,
+                                 bool torn_tail_ok) {
   if (!fs::exists(run_dir / "steps.jsonl")) {
     throw MissingInputError("'" + (run_dir / "steps.jsonl").string() +
                             "' not found: give a run directory (runs/<name>) that has records");
@@ -77,7 +78,7 @@ std::vector<fs::path> export_csv(const fs::path& run_dir, const fs::path& out_di
                       "cannot create '" + out_dir.string() + "': " + ec.message());
   }
   std::vector<json> steps, grads;
-  for (auto& r : read_jsonl(run_dir / "steps.jsonl", /*torn_tail_ok=*/true)) {
+  for (auto& r : read_jsonl(run_dir / "steps.jsonl", torn_tail_ok)) {
     int dropped = 0, count = 0;
     if (r.contains("grads") && r["grads"].is_array()) {
       for (auto g : r["grads"]) {
@@ -103,7 +104,7 @@ std::vector<fs::path> export_csv(const fs::path& run_dir, const fs::path& out_di
   put("grads.csv", to_csv(grads, {"step", "shard", "worker", "arrival_s", "version", "accepted",
                                   "staleness", "compute_s", "loss", "seq"}));
   if (fs::exists(run_dir / "eval.jsonl")) {
-    put("eval.csv", to_csv(read_jsonl(run_dir / "eval.jsonl", /*torn_tail_ok=*/true),
+    put("eval.csv", to_csv(read_jsonl(run_dir / "eval.jsonl", torn_tail_ok),
                            {"step", "wall_s", "examples", "epoch", "test_loss", "test_acc",
                             "test_loss_ema", "test_acc_ema"}));
   }

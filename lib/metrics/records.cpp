@@ -114,7 +114,7 @@ JsonlWriter::~JsonlWriter() {
 }
 
 void JsonlWriter::write(const nlohmann::json& record) {
-  m_buffer += record.dump();
+  m_buffer += json_text(record);
   m_buffer += '\n';
   if (m_buffer.size() >= kFlushBytes) flush();
 }
@@ -148,6 +148,10 @@ void write_file_atomic(const fs::path& path, const std::string& text) {
 void write_floats(const fs::path& path, const std::vector<float>& values) {
   syncopt::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(values.data()),
                                                     values.size() * sizeof(float)));
+}
+
+std::string json_text(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 double percentile(std::vector<double> values, double p) {

@@ -58,6 +58,11 @@ class JsonlWriter {
 // (common/atomic_file.hpp). OutputError (74) naming the path and the reason.
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
+// JSON text of a record file: bytes that are not UTF-8 (a path or a
+// --set value in another encoding) become U+FFFD instead of an exception
+// that would lose the record. indent < 0: one line.
+std::string json_text(const nlohmann::json& j, int indent = -1);
+
 // Raw float32 values (little-endian host order), e.g. final parameters,
 // written atomically like write_file_atomic.
 void write_floats(const std::filesystem::path& path, const std::vector<float>& values);

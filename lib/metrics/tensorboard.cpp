@@ -171,6 +171,17 @@ struct TensorBoardWriter::Impl {
   }
 
   // Frames `event` as one TFRecord straight into the stdio buffer.
+  // The event's one summary value, its tag and time set: each kind of record
+  // fills in the rest, then write_event().
+  tb::Summary::Value* begin_value(const std::string& tag, std::int64_t step, double wall_time) {
+    event.Clear();
+    event.set_wall_time(wall_time);
+    event.set_step(step);
+    tb::Summary::Value* v = event.mutable_summary()->add_value();
+    v->set_tag(tag);
+    return v;
+  }
+
   void write_event() {
     if (!event.SerializeToString(&payload)) {
       throw InternalError("cannot serialize a TensorBoard event for '" + path.string() + "'");
@@ -259,12 +270,7 @@ TensorBoardWriter& TensorBoardWriter::operator=(TensorBoardWriter&& other) noexc
 
 void TensorBoardWriter::scalar(const std::string& name, std::int64_t step, double value,
                                double wall_time) {
-  tb::Event& e = m_impl->event;
-  e.Clear();
-  e.set_wall_time(wall_time);
-  e.set_step(step);
-  tb::Summary::Value* v = e.mutable_summary()->add_value();
-  v->set_tag(name);
+  tb::Summary::Value* v = m_impl->begin_value(name, step, wall_time);
   v->set_simple_value(static_cast<float>(value));
   m_impl->write_event();
 }
@@ -272,12 +278,7 @@ void TensorBoardWriter::scalar(const std::string& name, std::int64_t step, doubl
 void TensorBoardWriter::histogram(const std::string& name, std::int64_t step,
                                   const std::vector<double>& values, double wall_time) {
   const Histogram h = make_histogram(values);
-  tb::Event& e = m_impl->event;
-  e.Clear();
-  e.set_wall_time(wall_time);
-  e.set_step(step);
-  tb::Summary::Value* v = e.mutable_summary()->add_value();
-  v->set_tag(name);
+  tb::Summary::Value* v = m_impl->begin_value(name, step, wall_time);
   tb::HistogramProto* p = v->mutable_histo();
   p->set_min(h.min);
   p->set_max(h.max);
@@ -292,12 +293,7 @@ void TensorBoardWriter::histogram(const std::string& name, std::int64_t step,
 void TensorBoardWriter::text(const std::string& name, std::int64_t step,
                              const std::string& markdown, double wall_time) {
   constexpr int kDtString = 7;
-  tb::Event& e = m_impl->event;
-  e.Clear();
-  e.set_wall_time(wall_time);
-  e.set_step(step);
-  tb::Summary::Value* v = e.mutable_summary()->add_value();
-  v->set_tag(name);
+  tb::Summary::Value* v = m_impl->begin_value(name, step, wall_time);
   v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
   tb::TensorProto* t = v->mutable_tensor();
   t->set_dtype(kDtString);
@@ -320,14 +316,9 @@ void TensorBoardWriter::hparams(const std::map<std::string, HParam>& values,
     if (const auto* s = std::get_if<std::string>(&value)) out.set_string_value(*s);
     if (const auto* b = std::get_if<bool>(&value)) out.set_bool_value(*b);
   }
-  tb::Event& e = m_impl->event;
-  e.Clear();
-  e.set_wall_time(wall_time);
-  e.set_step(0);
-  tb::Summary::Value* v = e.mutable_summary()->add_value();
   // The plugin finds a session by this tag; its value is a null tensor
   // (float, one dimension of size 0), the data is in the metadata.
-  v->set_tag("_hparams_/session_start_info");
+  tb::Summary::Value* v = m_impl->begin_value("_hparams_/session_start_info", 0, wall_time);
   auto* plugin = v->mutable_metadata()->mutable_plugin_data();
   plugin->set_plugin_name("hparams");
   plugin->set_content(data.SerializeAsString());

@@ -45,6 +45,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "nn/dropout.hpp"
 #include "nn/ops.hpp"
 
 namespace syncopt::nn::cpu {
@@ -84,12 +85,36 @@ bool is_reference(const Pd& pd) {
   return std::string(pd.impl_info_str()).find("ref") != std::string::npos;
 }
 
-// 64-bit mixing (splitmix64's finaliser): dropout keys and masks.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+// Per dimension of a tensor's memory desc, the offset (in elements) that
+// each logical index of that dimension contributes to an element's address:
+// in oneDNN's blocked formats (plain, nhwc, nChw16c, ...) an address is
+// offset0 plus one such term per dimension, the outer block's stride and
+// the position inside the inner blocks of that dimension
+// (memory_desc_wrapper::off_v, split by dimension).
+std::vector<std::vector<std::int64_t>> dim_offsets(const memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked) {
+    throw InternalError("dropout on a tensor whose layout is not a blocked one");
+  }
+  const dnnl_blocking_desc_t& blk = d.format_desc.blocking;
+  std::vector<std::vector<std::int64_t>> out(static_cast<std::size_t>(d.ndims));
+  for (int dim = 0; dim < d.ndims; ++dim) {
+    auto& table = out[static_cast<std::size_t>(dim)];
+    table.resize(static_cast<std::size_t>(d.dims[dim]));
+    for (std::int64_t pos = 0; pos < d.dims[dim]; ++pos) {
+      std::int64_t p = pos, off = 0, inner_stride = 1;
+      for (int b = blk.inner_nblks - 1; b >= 0; --b) {
+        if (blk.inner_idxs[b] == dim) {
+          off += (p % blk.inner_blks[b]) * inner_stride;
+          p /= blk.inner_blks[b];
+        }
+        inner_stride *= blk.inner_blks[b];
+      }
+      table[static_cast<std::size_t>(pos)] =
+          off + p * blk.strides[dim] + (dim == 0 ? d.offset0 : 0);
+    }
+  }
+  return out;
 }
 
 // One primitive with its arguments, ready to execute.
@@ -139,6 +164,9 @@ struct NodePlan {
   memory scale, shift;             // batch norm: views of the parameters
   memory view4;                    // flatten: the output as a plain 4D tensor
   std::vector<std::uint8_t> mask;  // dropout: kept (1) or dropped (0), per element
+  // dropout on a non-plain layout: per dimension, the address term of each
+  // logical index (dim_offsets), padded to 4 dimensions
+  std::vector<std::vector<std::int64_t>> mask_offsets;
   dnnl::convolution_forward::primitive_desc conv_pd;
   dnnl::inner_product_forward::primitive_desc ip_pd;
   dnnl::pooling_forward::primitive_desc pool_pd;
@@ -495,7 +523,11 @@ struct CpuNetwork::Impl {
           return true;
         }
         plan.t[j] = arena.take(in.get_desc());
-        np.mask.resize(static_cast<std::size_t>(float_count(in)));
+        np.mask.assign(static_cast<std::size_t>(float_count(in)), 0);
+        if (in.get_desc() != plain_desc(in_dims)) {
+          np.mask_offsets = dim_offsets(in.get_desc());
+          while (np.mask_offsets.size() < 4) np.mask_offsets.push_back({0});
+        }
         return false;
       case LayerType::kFlatten: {
         plan.t[j] = arena.take(plain_desc(out_dims));
@@ -1056,16 +1088,7 @@ struct CpuNetwork::Impl {
     const std::size_t floats =
         static_cast<std::size_t>(batch) *
         static_cast<std::size_t>(graph.input[0] * graph.input[1] * graph.input[2]);
-    std::uint64_t h = 0x51ed27b0f3c1a5d3ULL;
-    for (std::size_t i = 0; i < floats; ++i) {
-      std::uint32_t bits = 0;
-      std::memcpy(&bits, images + i, sizeof(bits));
-      h = mix(h ^ bits);
-    }
-    for (int i = 0; i < (labels != nullptr ? batch : 0); ++i) {
-      h = mix(h ^ static_cast<std::uint32_t>(labels[i]));
-    }
-    return h;
+    return dropout::batch_key(images, floats, labels, batch);
   }
 
   void forward(Plan& plan, const float* params, const float* images, bool backward) {
@@ -1114,8 +1137,9 @@ struct CpuNetwork::Impl {
     stream.wait();
   }
 
-  // y = x * keep / (1 - rate), keep drawn per element from the step key and
-  // the node, so the draw is a pure function of (key, node, position).
+  // y = x * keep / (1 - rate), keep drawn per element from the step key, the
+  // node and the element's logical position (nn/dropout.hpp), wherever the
+  // layout puts it; padding (a blocked layout's) stays dropped.
   void dropout_forward(Plan& plan, std::size_t j) {
     stream.wait();
     const Node& node = *infos[j].node;
@@ -1124,16 +1148,39 @@ struct CpuNetwork::Impl {
     float* y = data_of(plan.t[j]);
     const auto n = static_cast<std::int64_t>(np.mask.size());
     const double rate = node.attr.rate;
-    const std::uint64_t threshold = static_cast<std::uint64_t>(rate * 0x1.0p53);
+    const std::uint64_t threshold = dropout::threshold(rate);
     const auto keep_scale = static_cast<float>(1.0 / (1.0 - rate));
-    const std::uint64_t key = mix(step_key ^ mix(j));
+    const std::uint64_t key = dropout::node_key(step_key, j);
     std::uint8_t* mask = np.mask.data();
+    if (np.mask_offsets.empty()) {  // plain: the address is the logical position
 #pragma omp parallel for simd if (n > (1 << 18)) schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const bool keep = (mix(key + static_cast<std::uint64_t>(i)) >> 11) >= threshold;
-      mask[i] = keep ? 1 : 0;
-      y[i] = keep ? x[i] * keep_scale : 0.0f;
+      for (std::int64_t i = 0; i < n; ++i) {
+        mask[i] = dropout::keep(key, static_cast<std::uint64_t>(i), threshold) ? 1 : 0;
+      }
+    } else {
+      const auto& off = np.mask_offsets;  // 4 tables: N, C, H, W (1 entry for a missing one)
+      const auto d0 = static_cast<std::int64_t>(off[0].size()),
+                 d1 = static_cast<std::int64_t>(off[1].size()),
+                 d2 = static_cast<std::int64_t>(off[2].size()),
+                 d3 = static_cast<std::int64_t>(off[3].size());
+#pragma omp parallel for collapse(2) if (n > (1 << 18)) schedule(static)
+      for (std::int64_t a = 0; a < d0; ++a) {
+        for (std::int64_t b = 0; b < d1; ++b) {
+          const std::int64_t base =
+              off[0][static_cast<std::size_t>(a)] + off[1][static_cast<std::size_t>(b)];
+          std::uint64_t logical = static_cast<std::uint64_t>((a * d1 + b) * d2 * d3);
+          for (std::int64_t c = 0; c < d2; ++c) {
+            for (std::int64_t d = 0; d < d3; ++d, ++logical) {
+              const std::int64_t at =
+                  base + off[2][static_cast<std::size_t>(c)] + off[3][static_cast<std::size_t>(d)];
+              mask[at] = dropout::keep(key, logical, threshold) ? 1 : 0;
+            }
+          }
+        }
+      }
     }
+#pragma omp parallel for simd if (n > (1 << 18)) schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) y[i] = mask[i] != 0 ? x[i] * keep_scale : 0.0f;
   }
 
   void backward(Plan& plan, const float* params, float* grad, float* input_grad) {

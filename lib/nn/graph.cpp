@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "common/suggest.hpp"
 
 namespace syncopt::nn {
 
@@ -35,32 +36,10 @@ std::int64_t numel(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      cur[j] =
-          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 // "; did you mean \"x\"?" for the closest candidate within a few edits, else "".
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
-  std::string best;
-  std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1;
-  for (const std::string& c : candidates) {
-    const std::size_t d = edit_distance(word, c);
-    if (d < best_d) {
-      best_d = d;
-      best = c;
-    }
-  }
-  return best.empty() ? "" : "; did you mean \"" + best + "\"?";
+  const std::string_view best = closest(word, candidates);
+  return best.empty() ? "" : "; did you mean \"" + std::string(best) + "\"?";
 }
 
 // The output size of a window of `k`, stride `s`, pad `p` over `n`: 0 when
@@ -734,28 +713,30 @@ void init_params(const Graph& graph, float* params, std::uint64_t seed) {
 }
 
 std::string graph_summary(const Graph& graph) {
+  // snprintf into a string sized by its first call: a custom layer name of
+  // any length keeps its row.
+  const auto format = [](const char* fmt, auto... args) {
+    std::string out(static_cast<std::size_t>(std::snprintf(nullptr, 0, fmt, args...)), '\0');
+    std::snprintf(out.data(), out.size() + 1, fmt, args...);
+    return out;
+  };
   std::ostringstream os;
-  char line[256];
-  std::snprintf(line, sizeof(line), "model %s, input %s, %lld outputs\n", graph.name.c_str(),
-                shape_string(graph.input).c_str(), static_cast<long long>(graph.outputs));
-  os << line;
+  os << format("model %s, input %s, %lld outputs\n", graph.name.c_str(),
+               shape_string(graph.input).c_str(), static_cast<long long>(graph.outputs));
   std::size_t width = 4;
   for (const Node& n : graph.nodes) width = std::max(width, n.name.size());
-  std::snprintf(line, sizeof(line), "  %-*s  %-28s %-12s %10s %12s\n", static_cast<int>(width),
-                "name", "layer", "output", "params", "MFLOPs/ex");
-  os << line;
+  os << format("  %-*s  %-28s %-12s %10s %12s\n", static_cast<int>(width), "name", "layer",
+               "output", "params", "MFLOPs/ex");
   for (const Node& n : graph.nodes) {
-    std::snprintf(line, sizeof(line), "  %-*s  %-28s %-12s %10zu %12.3f\n", static_cast<int>(width),
-                  n.name.c_str(), describe_node(graph, n).c_str(), shape_string(n.out).c_str(),
-                  n.param_count, static_cast<double>(n.flops) / 1e6);
-    os << line;
+    os << format("  %-*s  %-28s %-12s %10zu %12.3f\n", static_cast<int>(width), n.name.c_str(),
+                 describe_node(graph, n).c_str(), shape_string(n.out).c_str(), n.param_count,
+                 static_cast<double>(n.flops) / 1e6);
   }
-  std::snprintf(line, sizeof(line),
-                "  total: %zu params (%.2f MB as float32) in %zu tensors, %.2f MFLOPs forward per "
-                "example (training: about 3x)",
-                graph.layout.count, static_cast<double>(graph.layout.count) * 4.0 / 1e6,
-                graph.layout.views.size(), static_cast<double>(graph.flops) / 1e6);
-  os << line;
+  os << format(
+      "  total: %zu params (%.2f MB as float32) in %zu tensors, %.2f MFLOPs forward per "
+      "example (training: about 3x)",
+      graph.layout.count, static_cast<double>(graph.layout.count) * 4.0 / 1e6,
+      graph.layout.views.size(), static_cast<double>(graph.flops) / 1e6);
   return os.str();
 }
 

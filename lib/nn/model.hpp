@@ -2,8 +2,7 @@
 // parameter layout with per-layer views, seeded initialisation and the
 // printable summary, all derived from the model's graph (nn/graph.hpp), so
 // every rank and backend has the same layout and initial values for
-// (ModelSpec, seed). And the straight-line layer list (NetSpec) that the
-// CUDA backend still runs, derived from the graph of the models it can run.
+// (ModelSpec, seed).
 #pragma once
 
 #include <array>
@@ -76,43 +75,5 @@ void init_params(const ModelSpec& spec, const ParamLayout& layout, float* params
 // Human-readable, multi-line summary of a model: one line per layer with its
 // output shape, parameter count and FLOPs, then the totals (--dry-run).
 std::string model_summary(const ModelSpec& spec);
-
-// ---- the straight-line form, for the CUDA backend until it runs graphs ----
-
-enum class LayerKind { kConv3x3, kMaxPool2x2, kFc, kRelu };
-
-struct LayerSpec {
-  LayerKind kind = LayerKind::kFc;
-  std::string name;   // parameter prefix ("conv1", "fc2"); empty for pool / relu
-  int out = 0;        // output channels (conv) or units (fc)
-  bool relu = false;  // a ReLU fused after this conv / fc
-};
-
-// Input C x H x W, the layers in order, and whether every conv / fc layer is
-// weight-normalised. The softmax cross-entropy runs over the last layer's
-// output flattened per example (NCHW order): its size is the class count.
-struct NetSpec {
-  int channels = 1, height = 28, width = 28;
-  bool weight_norm = true;
-  std::vector<LayerSpec> layers;
-};
-
-// The layer list of a model whose graph is a straight line of 3x3 / stride 1 /
-// pad 1 convolutions with bias, 2x2 max-pooling, fully connected layers and
-// fused ReLUs, with weight norm on all or none (cnn, mlp, logreg, or a custom
-// model of that form). ConfigError for a model that does not fit, and
-// "model X is not yet supported by the CUDA backend" for any other model.
-NetSpec net_spec(const ModelSpec& spec);
-
-// Parameter layout of a layer list: for each conv / fc layer in order,
-// "<name>.v", "<name>.g", "<name>.b" (weight norm) or "<name>.w", "<name>.b".
-ParamLayout param_layout(const NetSpec& net);
-
-// Output shape of each layer without the batch dimension: {C, H, W} after a
-// conv / pool / relu on images, {units} after an fc.
-std::vector<std::vector<std::int64_t>> layer_output_shapes(const NetSpec& net);
-
-// Number of outputs per example of the last layer (= classes).
-std::int64_t output_count(const NetSpec& net);
 
 }  // namespace syncopt::nn

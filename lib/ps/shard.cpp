@@ -48,8 +48,12 @@ Shard::Shard(const ShardSetup& st)
       m_data_sends(st.data_comm),
       m_ctrl_sends(st.ctrl_comm),
       m_pending(static_cast<std::size_t>(m_workers)),
-      m_roster(m_workers,
-               config::traits(st.roles->mode).n_rule == config::NRule::kOne ? 1 : st.roles->rule.n),
+      // Updates need N live workers (c in softsync), one in async and ssp,
+      // and one with adaptive b, whose N follows the live workers down.
+      m_roster(m_workers, config::traits(st.roles->mode).n_rule == config::NRule::kOne ||
+                                  st.roles->rule.adaptive
+                              ? 1
+                              : st.roles->rule.n),
       m_flag(static_cast<std::size_t>(m_workers), 0),
       m_last_seq(static_cast<std::size_t>(m_workers), 0),
       m_eval_done(!m_has_eval),

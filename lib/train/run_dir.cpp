@@ -120,7 +120,7 @@ nlohmann::json Outcome::to_json() const {
 void write_failure_summary(const std::filesystem::path& run_dir, const Outcome& outcome) {
   try {
     nlohmann::json j = outcome.to_json();
-    write_file_atomic(run_dir / "summary.json", j.dump(2) + "\n");
+    write_file_atomic(run_dir / "summary.json", metrics::json_text(j, 2) + "\n");
   } catch (const std::exception& e) {
     spdlog::error("could not record the failure in {}: {}", (run_dir / "summary.json").string(),
                   e.what());

@@ -19,6 +19,7 @@
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "config/config.hpp"
+#include "metrics/records.hpp"
 
 namespace syncopt::train {
 
@@ -176,7 +177,7 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
   json ranks = json::array();
   if (facts.ranks.empty()) {  // one process, no MPI job to ask
     ranks.push_back({{"rank", 0},
-                     {"role", "local"},
+                     {"role", facts.process_role},
                      {"host", host_name()},
                      {"pid", static_cast<int>(getpid())}});
   }
@@ -210,7 +211,7 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
   write();
 }
 
-void RunJournal::write() const { write_file_atomic(m_path, m_doc.dump(2) + "\n"); }
+void RunJournal::write() const { write_file_atomic(m_path, metrics::json_text(m_doc, 2) + "\n"); }
 
 void RunJournal::finish(const Outcome& outcome) noexcept {
   if (m_path.empty()) return;

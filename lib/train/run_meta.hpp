@@ -36,8 +36,11 @@ struct Invocation {
 
 // The job as rank 0 sees it: every rank's host and pid, and the roles.
 struct LaunchFacts {
-  std::vector<comm::Peer> ranks;
+  std::vector<comm::Peer> ranks;  // empty: one process, no MPI job
   layout::Roles roles;
+  // The one process's role when `ranks` is empty: "local" (a local run) or
+  // "simulator" (syncopt simulate, whose layout is the simulated one).
+  std::string process_role = "local";
 };
 
 // Rank 0's journal of this launch in <run_dir>/run.json, rewritten

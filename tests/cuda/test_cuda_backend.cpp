@@ -1,10 +1,12 @@
 // The CUDA backend against the CPU backend, its oracle: each hand-written
-// kernel against its CPU function (lib/nn/ops.hpp, lib/optim), each model's
-// predict() and train_step() against CpuNetwork's (fc + loss: logreg; + relu:
-// mlp; + conv / pool / weight norm: cnn), a few training steps on both, and
-// the error paths, at small batches and at 512 (where cuDNN picks other
-// algorithms). The host-pointer path (pipelined transfers) against the
-// device-pointer path. main.cpp: SKIP (77) without a GPU.
+// kernel against its CPU function (lib/nn/ops.hpp, lib/nn/dropout.hpp,
+// lib/optim) or its formula, each straight-line model's predict() and
+// train_step() against CpuNetwork's (fc + loss: logreg; + relu: mlp; + conv
+// / pool / weight norm: cnn), a few training steps on both, and the error
+// paths, at small batches and at 512 (where cuDNN picks other algorithms).
+// The host-pointer path (pipelined transfers) against the device-pointer
+// path, for the CNN and resnet20. Layer graphs: test_cuda_graph.cpp.
+// main.cpp: SKIP (77) without a GPU.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -17,6 +19,7 @@
 
 #include "common/error.hpp"
 #include "nn/backend.hpp"
+#include "nn/dropout.hpp"
 #include "nn/ops.hpp"
 #include "optim/optimizer.hpp"
 #include "syncopt_cuda/api.hpp"
@@ -120,6 +123,109 @@ TEST_CASE("cuda kernels: bias+relu forward, relu and bias backward", "[cuda][ker
   cu::DeviceBuffer<double> scratch(cu::bias_backward_scratch(n, c, hw));
   cu::bias_backward(d_dy.get(), n, c, hw, d_db.get(), scratch.get(), nullptr);
   CHECK(rel_err(to_host(d_db), ref_db) < 1e-5);
+}
+
+TEST_CASE("cuda kernels: residual add, accumulation, accumulating relu backward",
+          "[cuda][kernels]") {
+  const std::size_t n = 300007;  // not a multiple of a block
+  const auto a = normal_floats(n, 101), b = normal_floats(n, 102), d0 = normal_floats(n, 103);
+  auto d_a = to_device(a);
+  auto d_b = to_device(b);
+  cu::DeviceBuffer<float> d_y(n);
+  for (const bool relu : {false, true}) {
+    cu::add_act_forward(d_a.get(), d_b.get(), n, relu, d_y.get(), nullptr);
+    const auto y = to_host(d_y);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float want = relu ? std::max(a[i] + b[i], 0.0f) : a[i] + b[i];
+      wrong += y[i] == want ? 0 : 1;
+    }
+    CHECK(wrong == 0);
+  }
+  auto d_acc = to_device(d0);
+  cu::accumulate(d_acc.get(), d_a.get(), n, nullptr);
+  const auto acc = to_host(d_acc);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += acc[i] == d0[i] + a[i] ? 0 : 1;
+  CHECK(wrong == 0);
+  // relu backward onto an earlier contribution: dx = d0 + dy * [y > 0].
+  auto d_dx = to_device(d0);
+  cu::relu_backward(d_a.get(), d_b.get(), n, d_dx.get(), nullptr, true);
+  const auto dx = to_host(d_dx);
+  wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += dx[i] == d0[i] + (a[i] > 0 ? b[i] : 0.0f) ? 0 : 1;
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("cuda kernels: dropout masks are nn::dropout::keep's, forward and backward",
+          "[cuda][kernels]") {
+  const std::size_t n = 300007;
+  const auto x = normal_floats(n, 111), d0 = normal_floats(n, 112);
+  const std::uint64_t key = nn::dropout::node_key(0x1234, 3);
+  const std::uint64_t threshold = nn::dropout::threshold(0.3);
+  const float scale = static_cast<float>(1.0 / 0.7);
+  auto d_x = to_device(x);
+  cu::DeviceBuffer<float> d_y(n);
+  cu::dropout_forward(d_x.get(), n, key, threshold, scale, d_y.get(), nullptr);
+  auto d_dx = to_device(d0);
+  cu::dropout_backward(d_x.get(), n, key, threshold, scale, d_dx.get(), true, nullptr);
+  const auto y = to_host(d_y), dx = to_host(d_dx);
+  std::size_t wrong = 0, dropped = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool keep = nn::dropout::keep(key, i, threshold);
+    dropped += keep ? 0 : 1;
+    wrong += y[i] == (keep ? x[i] * scale : 0.0f) ? 0 : 1;
+    wrong += dx[i] == d0[i] + (keep ? x[i] * scale : 0.0f) ? 0 : 1;
+  }
+  CHECK(wrong == 0);
+  CHECK(std::fabs(static_cast<double>(dropped) / n - 0.3) < 0.01);
+}
+
+TEST_CASE("cuda kernels: precise batch-norm statistics over batches", "[cuda][kernels]") {
+  // Per channel: the mean of the batch means and E[x^2] - mean^2 with E[x^2]
+  // the mean of (var_b + mean_b^2), as the CPU backend accumulates them.
+  for (const int hw : {1, 49, 300}) {
+    INFO("hw " << hw);
+    const int n = 7, c = 5, batches = 3;
+    const std::size_t per_batch = static_cast<std::size_t>(n) * c * hw;
+    auto x = normal_floats(per_batch * batches, 120 + hw, 2.0f);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += static_cast<float>((i / hw) % c);
+    std::vector<double> sum(c, 0.0), sum_sq(c, 0.0);
+    cu::DeviceBuffer<double> sums(2 * static_cast<std::size_t>(c));
+    SYNCOPT_CHECK_CUDA(cudaMemset(sums.get(), 0, sums.nbytes()));
+    for (int b = 0; b < batches; ++b) {
+      const float* xb = x.data() + b * per_batch;
+      for (int ch = 0; ch < c; ++ch) {
+        double m = 0.0, q = 0.0;
+        for (int img = 0; img < n; ++img) {
+          for (int p = 0; p < hw; ++p) m += xb[(static_cast<std::size_t>(img) * c + ch) * hw + p];
+        }
+        m /= static_cast<double>(n) * hw;
+        for (int img = 0; img < n; ++img) {
+          for (int p = 0; p < hw; ++p) {
+            const double d = xb[(static_cast<std::size_t>(img) * c + ch) * hw + p] - m;
+            q += d * d;
+          }
+        }
+        q /= static_cast<double>(n) * hw;
+        sum[ch] += m;
+        sum_sq[ch] += q + m * m;
+      }
+      const std::vector<float> host(xb, xb + per_batch);
+      auto d_x = to_device(host);
+      cu::bn_batch_statistics(d_x.get(), n, c, hw, sums.get(), nullptr);
+      SYNCOPT_CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    cu::DeviceBuffer<float> mean(c), var(c);
+    cu::bn_finish_statistics(sums.get(), c, batches, mean.get(), var.get(), nullptr);
+    const auto m = to_host(mean), v = to_host(var);
+    for (int ch = 0; ch < c; ++ch) {
+      const double want_m = sum[ch] / batches;
+      const double want_v = sum_sq[ch] / batches - want_m * want_m;
+      CHECK(m[ch] == Approx(want_m).epsilon(1e-6).margin(1e-6));
+      CHECK(v[ch] == Approx(want_v).epsilon(1e-5));
+    }
+  }
 }
 
 TEST_CASE("cuda kernels: bias gradient at the CNN's shapes and batch 1024", "[cuda][kernels]") {
@@ -425,46 +531,55 @@ TEST_CASE("cuda backend: errors", "[cuda][errors]") {
 TEST_CASE("cuda backend: the pipelined host path equals the device path bit for bit",
           "[cuda][model]") {
   // One network, deterministic algorithms: train_step with host pointers
-  // (transfers overlapped with compute, layer by layer) must give exactly
+  // (transfers overlapped with compute, node by node) must give exactly
   // the gradient of train_step_device on the same parameters, at several
-  // batches, and predict the same logits.
+  // batches, and predict the same logits: for the CNN and for resnet20
+  // (batch norm, residual adds, projections; 65 parameter groups).
   cu::CudaOptions opt;
   opt.deterministic = true;
   auto gpu = cu::make_cuda_backend(1, cu::pick_device(0), opt);
-  nn::ModelSpec spec;
-  const nn::ParamLayout layout = nn::param_layout(spec);
-  auto net = gpu->make_network(spec, 512);
-  auto* dnet = dynamic_cast<cu::DeviceNetwork*>(net.get());
-  REQUIRE(dnet != nullptr);
-  std::vector<float> params(layout.count);
-  nn::init_params(spec, layout, params.data(), 3);
-  auto d_params = to_device(params);
-  for (const int batch : {1, 32, 512}) {
-    INFO("batch " << batch);
-    const auto images = normal_floats(std::size_t{28 * 28} * batch, 70 + batch);
-    const auto labels = labels_for(batch, spec.classes, 71 + batch);
-    std::vector<float> g_host(layout.count);
-    const float l_host =
-        net->train_step(params.data(), images.data(), labels.data(), batch, g_host.data());
-    cu::DeviceBuffer<float> d_grad(layout.count);
-    bool finite = false;
-    const float l_dev = dnet->train_step_device(d_params.get(), images.data(), labels.data(), batch,
-                                                d_grad.get(), &finite);
-    CHECK(l_host == l_dev);
-    CHECK(finite);
-    CHECK(to_host(d_grad) == g_host);
-    // Again with other parameters through the host path: nothing stale.
-    std::vector<float> p2 = params;
-    for (float& p : p2) p *= 1.01f;
-    std::vector<float> g2(layout.count), g3(layout.count);
-    net->train_step(p2.data(), images.data(), labels.data(), batch, g2.data());
-    net->train_step(params.data(), images.data(), labels.data(), batch, g3.data());
-    CHECK(g3 == g_host);
-    CHECK(g2 != g_host);
-    std::vector<float> z1(static_cast<std::size_t>(batch) * spec.classes), z2(z1.size());
-    net->predict(params.data(), images.data(), batch, z1.data());
-    net->predict(params.data(), images.data(), batch, z2.data());
-    CHECK(z1 == z2);
+  nn::ModelSpec cnn, resnet20;
+  resnet20.model = nn::Builtin::kResnet20;
+  for (const nn::ModelSpec& spec : {cnn, resnet20}) {
+    DYNAMIC_SECTION(spec.name()) {
+      const nn::ParamLayout layout = nn::param_layout(spec);
+      auto net = gpu->make_network(spec, 512);
+      auto* dnet = dynamic_cast<cu::DeviceNetwork*>(net.get());
+      REQUIRE(dnet != nullptr);
+      std::vector<float> params(layout.count);
+      nn::init_params(spec, layout, params.data(), 3);
+      auto d_params = to_device(params);
+      for (const int batch : {1, 32, 512}) {
+        INFO("batch " << batch);
+        const auto images = normal_floats(std::size_t{28 * 28} * batch, 70 + batch);
+        const auto labels = labels_for(batch, spec.classes, 71 + batch);
+        std::vector<float> g_host(layout.count);
+        const float l_host =
+            net->train_step(params.data(), images.data(), labels.data(), batch, g_host.data());
+        cu::DeviceBuffer<float> d_grad(layout.count);
+        bool finite = false;
+        const float l_dev = dnet->train_step_device(d_params.get(), images.data(), labels.data(),
+                                                    batch, d_grad.get(), &finite);
+        CHECK(l_host == l_dev);
+        CHECK(finite);
+        CHECK(to_host(d_grad) == g_host);
+        // Again with other parameters through the host path: nothing stale.
+        std::vector<float> p2 = params;
+        for (float& p : p2) p *= 1.01f;
+        std::vector<float> g2(layout.count), g3(layout.count);
+        net->train_step(p2.data(), images.data(), labels.data(), batch, g2.data());
+        net->train_step(params.data(), images.data(), labels.data(), batch, g3.data());
+        CHECK(g3 == g_host);
+        CHECK(g2 != g_host);
+        if (net->has_batch_norm()) {
+          net->set_batch_norm_statistics(params.data(), images.data(), batch, 1);
+        }
+        std::vector<float> z1(static_cast<std::size_t>(batch) * spec.classes), z2(z1.size());
+        net->predict(params.data(), images.data(), batch, z1.data());
+        net->predict(params.data(), images.data(), batch, z2.data());
+        CHECK(z1 == z2);
+      }
+    }
   }
 }
 

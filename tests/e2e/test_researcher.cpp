@@ -32,7 +32,8 @@ TEST_CASE("a mistyped subcommand gets the nearest one and the list", "[e2e][cli]
   CHECK(r.code == 64);
   CHECK_THAT(r.output, Catch::Contains("unknown subcommand 'trian'") &&
                            Catch::Contains("did you mean 'train'?"));
-  for (const char* sub : {"train", "report", "export", "checkpoints", "simulate", "plan", "keys"}) {
+  for (const char* sub :
+       {"train", "report", "export", "checkpoints", "simulate", "plan", "sweep", "keys"}) {
     INFO(sub);
     CHECK(r.output.find("\n  " + std::string(sub) + " ") != std::string::npos);
   }

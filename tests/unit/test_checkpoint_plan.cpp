@@ -121,7 +121,9 @@ TEST_CASE(
 
   // Another count, or an EMA where none was saved: refused, 78, unchanged.
   optim::ParamState other(o, 0.5, init.data(), 2);
+  const auto before_count = other.state();
   CHECK_THROWS_AS(other.restore(p.state(), "model"), ConfigError);
+  CHECK(other.state() == before_count);
   optim::ParamState no_ema(o, 0.0, init.data(), 3);
   const auto before = no_ema.state();
   CHECK_THROWS_WITH(no_ema.restore(p.state(), "model and cluster.ps"),

@@ -15,6 +15,7 @@
 
 #include "common/error.hpp"
 #include "config/config.hpp"
+#include "config/model_layers.hpp"
 
 namespace cfg = syncopt::config;
 
@@ -460,4 +461,42 @@ TEST_CASE("model.layers: every bad layer is named with its line and a hint", "[c
   CHECK_THAT(load_error("[model]\nname = \"custom\"\n"),
              Contains("model.name = \"custom\": needs the layers"));
   CHECK_THAT(load_error("[model]\nlayers = 3\n"), Contains("expected an array of layer tables"));
+}
+
+TEST_CASE("the model.layers reference names every layer type and attribute the reader takes",
+          "[config][layers]") {
+  // key_reference() describes model.layers by hand, with defaults; this holds
+  // it to the reader's own table (config::layers_reference()).
+  std::string ref = cfg::key_reference();
+  ref.erase(std::remove(ref.begin(), ref.end(), '\n'), ref.end());
+  std::string flat;  // the reference with its wrapping undone
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (ref[i] == ' ' && !flat.empty() && flat.back() == ' ') continue;
+    flat += ref[i];
+  }
+  // Only the model.layers entry counts (an attribute like eps is also a key elsewhere).
+  const auto begin = flat.find("model.layers =");
+  REQUIRE(begin != std::string::npos);
+  flat = flat.substr(begin, flat.find("[optim]", begin) - begin);
+  const std::string table = cfg::layers_reference();  // "conv (out, kernel, ...); bn (eps); ..."
+  std::size_t pos = 0, types = 0;
+  while (pos < table.size()) {
+    const auto open = table.find(" (", pos), close = table.find(')', pos);
+    REQUIRE(open != std::string::npos);
+    const std::string type = table.substr(pos, open - pos);
+    ++types;
+    INFO(type);
+    CHECK(flat.find(type) != std::string::npos);
+    std::string attrs = table.substr(open + 2, close - open - 2) + ",";
+    for (std::size_t a = 0, comma; (comma = attrs.find(',', a)) != std::string::npos;
+         a = comma + 2) {
+      const std::string attr = attrs.substr(a, comma - a);
+      if (attr == "-") continue;
+      INFO(attr);
+      CHECK(flat.find(attr) != std::string::npos);
+    }
+    pos = table.find("; ", close);
+    pos = pos == std::string::npos ? table.size() : pos + 2;
+  }
+  CHECK(types == syncopt::nn::layer_type_names().size());
 }

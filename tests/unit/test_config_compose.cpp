@@ -156,3 +156,16 @@ TEST_CASE("a grid is every combination named by its values", "[config][sweep]") 
   // Every name is a valid run.name.
   for (const auto& r : clash) CHECK_NOTHROW(c::parse("", "x", {"run.name=" + r.name}));
 }
+
+TEST_CASE("a sweep never gives two runs one name", "[config][sweep]") {
+  // A value twice, values that read alike in a run name, a key swept twice.
+  CHECK_THROWS_WITH(c::expand({c::parse_axis("train.batch=8,8")}, "s"),
+                    Catch::Contains("would name their runs alike"));
+  CHECK_THROWS_WITH(c::expand({c::parse_axis("data.path=/x/y,/x-y")}, "s"),
+                    Catch::Contains("would name their runs alike"));
+  CHECK_THROWS_WITH(
+      c::expand({c::parse_axis("train.batch=8"), c::parse_axis("train.batch=16")}, "s"),
+      Catch::Contains("train.batch is given twice"));
+  CHECK_THROWS_AS(c::expand({c::parse_axis("train.batch=8,8")}, "s"), syncopt::ConfigError);
+  CHECK(c::expand({c::parse_axis("train.batch=8,16")}, "s").size() == 2);
+}

@@ -12,11 +12,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/reducer.hpp"
 #include "nn/backend.hpp"
+#include "nn/graph.hpp"
 #include "replica/replica.hpp"
 
 namespace syncopt::cuda {
@@ -132,7 +134,23 @@ class DeviceNetwork : public nn::Network {
   virtual float train_step_device(const float* d_params, const float* images,
                                   const std::int32_t* labels, int batch, float* d_grad,
                                   bool* grad_finite) = 0;
+  // train_step that also writes dL/dimages [batch, C, H, W] (host) into
+  // input_grad, as nn::cpu::CpuNetwork's: for the tests that compare a
+  // layer's input gradient with the CPU backend's.
+  virtual float train_step_with_input_grad(const float* params, const float* images,
+                                           const std::int32_t* labels, int batch, float* grad,
+                                           float* input_grad) = 0;
+  // Dropout keys, as nn::cpu::CpuNetwork::set_dropout_key: by default a hash
+  // of the batch (nn/dropout.hpp), or a fixed key (the tests).
+  virtual void set_dropout_key(std::optional<std::uint64_t> key) = 0;
 };
+
+// A network of the CUDA backend for any layer graph (the backend's
+// make_network builds the graph of a ModelSpec and calls this), as
+// nn::cpu::CpuNetwork(graph, ...) is the CPU backend's. Throws ConfigError
+// for max_batch < 1.
+std::unique_ptr<DeviceNetwork> make_cuda_network(const nn::Graph& graph, int max_batch, int device,
+                                                 const CudaOptions& options = {});
 
 // The device replica of a rank that trains the whole model (local and
 // allreduce modes): θ, the gradient, the optimiser state and the EMA live in

@@ -18,8 +18,41 @@ namespace syncopt::cuda {
 void bias_act_forward(float* y, const float* bias, int n, int c, int hw, bool relu,
                       cudaStream_t stream);
 
-// dx = dy * [y > 0] over n elements, from the ReLU's output y (in place ok).
-void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cudaStream_t stream);
+// dx = dy * [y > 0] over n elements, from the ReLU's output y (in place ok);
+// accumulate: dx += dy * [y > 0] (a tensor with several readers).
+void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cudaStream_t stream,
+                   bool accumulate = false);
+
+// Residual add: y = a + b over n elements, then y = max(y, 0) when relu.
+void add_act_forward(const float* a, const float* b, std::size_t n, bool relu, float* y,
+                     cudaStream_t stream);
+
+// dst += src over n elements (a gradient's later contribution).
+void accumulate(float* dst, const float* src, std::size_t n, cudaStream_t stream);
+
+// Dropout over the n elements of a batch tensor, element i being the one at
+// logical (NCHW) position i: kept when nn::dropout::keep(node_key, i,
+// threshold) (lib/nn/dropout.hpp, the CPU backend's very function), then
+// scaled by keep_scale = 1 / (1 - rate).
+//   forward:  y = keep ? x * keep_scale : 0
+//   backward: dx (+)= keep ? dy * keep_scale : 0 (accumulate: +=)
+// The mask is recomputed from the key in the backward, never stored.
+void dropout_forward(const float* x, std::size_t n, std::uint64_t node_key, std::uint64_t threshold,
+                     float keep_scale, float* y, cudaStream_t stream);
+void dropout_backward(const float* dy, std::size_t n, std::uint64_t node_key,
+                      std::uint64_t threshold, float keep_scale, float* dx, bool accumulate,
+                      cudaStream_t stream);
+
+// The precise batch-norm statistics (docs/bn.md), one batch: per channel of
+// x [n, c, hw], the mean and the biased variance of its n * hw values
+// (two passes, in double), each rounded to float as the CPU backend's
+// oneDNN gives them; then sums[ch] += mean, sums[c + ch] += var + mean^2 (in
+// double). sums [2c] is zeroed by the caller before the first batch.
+void bn_batch_statistics(const float* x, int n, int c, int hw, double* sums, cudaStream_t stream);
+// After `batches` batches: mean = sums[ch] / batches, var = max(sums[c + ch]
+// / batches - mean^2, 0), as floats.
+void bn_finish_statistics(const double* sums, int c, int batches, float* mean, float* var,
+                          cudaStream_t stream);
 
 // db [c] = sum over n and hw of dy [n, c, hw] (overwritten), accumulated in
 // double in a fixed order (deterministic). A two-stage reduction: blocks of
