@@ -704,6 +704,8 @@ void Shard::lose_worker(int w, double now) {
   const int rank = m_roles.worker_rank(w);
   m_pending[wi].waiting = false;
   m_flag[wi] = 0;
+  // A gradient it was sending will not be completed.
+  m_next_bucket[wi] = static_cast<int>(m_buckets.size()) - 1;
   m_core.retire(w);
   m_recvs.cancel(w);
   m_data_sends.cancel_to(rank);
