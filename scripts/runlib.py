@@ -367,6 +367,24 @@ class Run:
                 per_k[k].append(t)
         return dict(per_k)
 
+    def layer_staleness(self):
+        """Async and ssp with the pipelined exchange (each bucket of layers
+        applied on arrival): [(shard, bucket, layers, [staleness of every
+        applied gradient's bucket])] in forward order, bucket 0 of shard 0
+        (the network's first layers) first; layers is the bucket's layer
+        span from summary.json ("conv1..bn1"), or None. [] for a run without
+        per-layer records."""
+        per = defaultdict(list)
+        for r in self.steps:
+            for g in r["grads"]:
+                if not g.get("accepted"):
+                    continue
+                for b, s in enumerate(g.get("layer_staleness", [])):
+                    per[(r.get("shard", 0), b)].append(s)
+        names = {(e["shard"], e["bucket"]): e.get("layers")
+                 for e in self.summary.get("staleness_by_layer") or []}
+        return [(shard, b, names.get((shard, b)), per[(shard, b)]) for shard, b in sorted(per)]
+
 
 def quantile(xs, q):
     """The q-quantile of xs by linear interpolation (numpy's default)."""

@@ -82,6 +82,11 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
   using namespace syncopt;
   const nn::Graph graph = nn::model_graph(train::expected_model_spec(cfg));
   const nn::ParamLayout& layout = graph.layout;
+  // Whole layers per shard, balanced by bytes, and the exchange's buckets
+  // (every rank: a model with fewer layers than shards fails on all alike).
+  const auto groups = train::layout_groups(train::expected_model_spec(cfg));
+  const auto slices = roles.shards > 0 ? layout::balanced_slices(groups, roles.shards)
+                                       : std::vector<layout::Slice>{};
   constexpr int kLine = 160;
   const int world = mpi.size();
   const int local_rank = comm::node_local_rank(MPI_COMM_WORLD);
@@ -101,7 +106,13 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
         "the run is refused:\n# %s\n",
         std::string(config::mode_name(cfg.train.mode)).c_str(), mpi_line(args, cfg).c_str());
   }
-  std::printf("%s# placement:\n", layout::describe(roles, layout.count).c_str());
+  std::printf("%s", layout::describe(roles, slices).c_str());
+  if (roles.shards > 0) {
+    std::printf("%s", layout::describe_placement(
+                          groups, slices, cfg.exchange.pipeline ? cfg.exchange.bucket_bytes : 0)
+                          .c_str());
+  }
+  std::printf("# placement:\n");
   for (int r = 0; r < world; ++r) {
     // Shards apply the optimiser on the host: the update is a few
     // element-wise passes over their slice, and the gradients arrive in host

@@ -81,15 +81,37 @@ std::string check_header(const MsgHeader& h, const Expect& e) {
   }
   const bool carries =
       kind == Kind::kGrad || kind == Kind::kParams || kind == Kind::kFinal || kind == Kind::kResult;
-  const std::size_t want = carries ? e.grad_count : 0;
+  std::size_t want = carries ? e.grad_count : 0;
+  if (e.buckets != nullptr && (kind == Kind::kGrad || kind == Kind::kParams)) {
+    const auto& b = *e.buckets;
+    if (h.buckets != b.size() || h.bucket >= b.size()) {
+      return from + kind_name(h.kind) + " is bucket " + std::to_string(h.bucket) + " of " +
+             std::to_string(h.buckets) + ", but this slice has " + std::to_string(b.size()) +
+             " bucket(s) (exchange.pipeline / exchange.bucket_bytes differ between ranks?)";
+    }
+    const BucketSpan& span = b[h.bucket];
+    if (h.offset != span.offset) {
+      return from + kind_name(h.kind) + " bucket " + std::to_string(h.bucket) + " starts at " +
+             std::to_string(h.offset) + ", expected " + std::to_string(span.offset);
+    }
+    want = span.count;
+  }
   const bool up_to = kind == Kind::kDecision || kind == Kind::kEnding;
   if (up_to ? h.count > e.grad_count : h.count != want) {
     return from + kind_name(h.kind) + " carries " + std::to_string(h.count) + " floats, expected " +
            std::to_string(want);
   }
-  if (e.received_bytes != Message::wire_bytes(h.count)) {
+  // A split payload follows on its own (GRAD and PARAMS only).
+  const bool split = (h.flags & kFlagSplit) != 0;
+  if (split && kind != Kind::kGrad && kind != Kind::kParams) {
+    return from + kind_name(h.kind) +
+           " says its payload follows apart, which only GRAD and "
+           "PARAMS may";
+  }
+  const int header_bytes = split ? Message::wire_bytes(0) : Message::wire_bytes(h.count);
+  if (e.received_bytes != header_bytes) {
     return from + "received " + std::to_string(e.received_bytes) + " bytes, header says " +
-           std::to_string(Message::wire_bytes(h.count));
+           std::to_string(header_bytes);
   }
   return {};
 }

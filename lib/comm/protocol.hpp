@@ -2,6 +2,13 @@
 // evaluator (docs/design.md §4): every message is one fixed header followed by
 // `count` floats, sent as bytes in a single nonblocking MPI message. Every
 // received header is validated before its payload is used.
+//
+// Gradients and parameters travel in buckets (the pipelined exchange): a
+// shard's slice is cut into consecutive runs of whole layers, each its own
+// GRAD or PARAMS message that says which bucket of how many it is and where
+// its floats go. A worker sends a gradient's buckets top layer first, the
+// last one (bucket 0) also asking for newer parameters; a shard sends
+// parameters bucket 0 first. Without the pipeline a slice is one bucket.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +19,7 @@
 namespace syncopt::comm {
 
 inline constexpr std::uint32_t kMagic = 0x53594E43u;  // "SYNC"
-inline constexpr std::uint16_t kProtoVersion = 4;
+inline constexpr std::uint16_t kProtoVersion = 5;
 inline constexpr std::uint64_t kAnyVersion = ~std::uint64_t{0};
 // CHECKPOINT with this step: no checkpoint is saved, the run just ends.
 inline constexpr std::uint64_t kNoCheckpoint = ~std::uint64_t{0};
@@ -61,6 +68,11 @@ inline constexpr std::uint32_t kFlagCheckpoint = 2u;
 inline constexpr std::uint32_t kFlagPaused = 4u;
 // STOP: some rank of the job died, so MPI_Finalize would wait for it.
 inline constexpr std::uint32_t kFlagPeerLost = 8u;
+// GRAD, PARAMS: the header travels alone and its `count` floats follow as
+// the next message from the same sender with the same tag (raw floats, no
+// header), so that they move straight from and into the buffers a network
+// computes with (comm/requests.hpp).
+inline constexpr std::uint32_t kFlagSplit = 16u;
 
 struct MsgHeader {
   std::uint32_t magic = kMagic;
@@ -79,8 +91,14 @@ struct MsgHeader {
   double compute_s = 0.0;           // GRAD: the worker's compute time for this gradient
   double vtime_s = 0.0;             // train.clock = virtual: GRAD, the modelled finish
                                     // time; PARAMS, when the version started
+  // GRAD, PARAMS to a worker: where the payload goes (floats into the flat
+  // parameter vector) and which bucket of the shard's slice it is, in
+  // forward order (bucket 0 holds the slice's first layer).
+  std::uint32_t offset = 0;
+  std::uint16_t bucket = 0;
+  std::uint16_t buckets = 1;
 };
-static_assert(sizeof(MsgHeader) == 72, "MsgHeader is part of the wire format");
+static_assert(sizeof(MsgHeader) == 80, "MsgHeader is part of the wire format");
 
 // The one way to start a header: kind, sender (world rank), shard, and the
 // version field; the rest zero. Callers fill in what their kind carries.
@@ -108,19 +126,29 @@ class Message {
   std::vector<float> m_storage;
 };
 
+// A bucket as the receiver knows it: where it starts and how many floats.
+struct BucketSpan {
+  std::size_t offset = 0, count = 0;
+};
+
 // What a receiver expects of a message.
 struct Expect {
   std::uint32_t source_rank = 0;  // the MPI source the message came from
   std::vector<Kind> kinds;        // allowed kinds
   std::uint32_t shard = 0;        // expected shard index
-  std::size_t grad_count = 0;     // floats a GRAD/PARAMS must carry
-  int received_bytes = 0;         // MPI_Get_count in bytes
+  std::size_t grad_count = 0;     // floats a GRAD/PARAMS must carry (without buckets)
+  int received_bytes = 0;         // MPI_Get_count in bytes (of the header, when split)
+  // The buckets of the shard's slice (GRAD, and PARAMS to a worker): when
+  // set, a GRAD/PARAMS must name one of them (bucket < buckets, `buckets`
+  // equal to their number) and carry exactly its offset and count.
+  const std::vector<BucketSpan>* buckets = nullptr;
 };
 
 // Empty when the header is valid; otherwise one line naming the sender rank
 // and what is wrong (bad magic, protocol version, unknown or unexpected kind,
-// sender field not the MPI source, wrong shard, count not matching the slice
-// or the bytes received).
+// sender field not the MPI source, wrong shard, a bucket that is not one of
+// the slice's, count not matching the slice, the bucket or the bytes
+// received).
 std::string check_header(const MsgHeader& h, const Expect& e);
 
 }  // namespace syncopt::comm

@@ -50,6 +50,25 @@ void SendQueue::send(SharedMessage msg, int dest, int tag) {
   m_entries.push_back(std::move(e));
 }
 
+void SendQueue::send_split(SharedMessage header, std::shared_ptr<const void> owner,
+                           const float* payload, int dest, int tag) {
+  if ((header->header().flags & kFlagSplit) == 0) {
+    throw InternalError("SendQueue::send_split of a header without kFlagSplit");
+  }
+  const int bytes = static_cast<int>(header->header().count * sizeof(float));
+  Entry h;
+  h.dest = dest;
+  SYNCOPT_CHECK_MPI(
+      MPI_Isend(header->data(), sizeof(MsgHeader), MPI_BYTE, dest, tag, m_comm, &h.req));
+  h.msg = std::move(header);
+  m_entries.push_back(std::move(h));
+  Entry p;
+  p.dest = dest;
+  SYNCOPT_CHECK_MPI(MPI_Isend(payload, bytes, MPI_BYTE, dest, tag, m_comm, &p.req));
+  p.payload_owner = std::move(owner);
+  m_entries.push_back(std::move(p));
+}
+
 void SendQueue::progress() {
   if (m_entries.empty()) return;
   for (auto& e : m_entries) {
@@ -74,8 +93,9 @@ void SendQueue::cancel_to(int dest) {
   for (auto& e : m_entries) {
     if (e.dest != dest) continue;
     if (!cancel_bounded(e.req)) {
-      // MPI still holds the buffer: keep it alive for good.
+      // MPI still holds the buffers: keep them alive for good.
       new SharedMessage(std::move(e.msg));  // NOLINT: deliberate leak, see requests.hpp
+      new std::shared_ptr<const void>(std::move(e.payload_owner));  // NOLINT: likewise
       e.req = MPI_REQUEST_NULL;
     }
   }
@@ -87,6 +107,7 @@ SendQueue::~SendQueue() {
   for (auto& e : m_entries) {
     if (!cancel_bounded(e.req)) {
       new SharedMessage(std::move(e.msg));  // NOLINT: deliberate leak, see requests.hpp
+      new std::shared_ptr<const void>(std::move(e.payload_owner));  // NOLINT: likewise
       ++leaked;
     }
   }
@@ -110,8 +131,40 @@ void RecvSlots::post(int slot) {
   auto& s = m_slots[static_cast<std::size_t>(slot)];
   auto& req = m_reqs[static_cast<std::size_t>(slot)];
   if (req != MPI_REQUEST_NULL) throw InternalError("RecvSlots::post on a slot still posted");
+  s.raw = false;
+  s.dest = nullptr;
+  s.dest_owner.reset();
   SYNCOPT_CHECK_MPI(
       MPI_Irecv(s.msg.data(), s.msg.max_bytes(), MPI_BYTE, s.source, s.tag, s.comm, &req));
+}
+
+void RecvSlots::post_payload(int slot, std::shared_ptr<void> owner, float* payload,
+                             std::size_t count) {
+  auto& s = m_slots[static_cast<std::size_t>(slot)];
+  auto& req = m_reqs[static_cast<std::size_t>(slot)];
+  if (req != MPI_REQUEST_NULL)
+    throw InternalError("RecvSlots::post_payload on a slot still posted");
+  s.raw = true;
+  s.dest = payload;
+  s.dest_owner = std::move(owner);
+  SYNCOPT_CHECK_MPI(MPI_Irecv(payload, static_cast<int>(count * sizeof(float)), MPI_BYTE, s.source,
+                              s.tag, s.comm, &req));
+}
+
+void RecvSlots::post_payload(int slot, std::size_t count) {
+  auto& s = m_slots[static_cast<std::size_t>(slot)];
+  auto& req = m_reqs[static_cast<std::size_t>(slot)];
+  if (req != MPI_REQUEST_NULL)
+    throw InternalError("RecvSlots::post_payload on a slot still posted");
+  if (count > s.msg.capacity()) {
+    throw InternalError("RecvSlots::post_payload of " + std::to_string(count) +
+                        " floats into a slot of " + std::to_string(s.msg.capacity()));
+  }
+  s.raw = true;
+  s.dest = nullptr;
+  s.dest_owner.reset();
+  SYNCOPT_CHECK_MPI(MPI_Irecv(s.msg.payload(), static_cast<int>(count * sizeof(float)), MPI_BYTE,
+                              s.source, s.tag, s.comm, &req));
 }
 
 void RecvSlots::cancel(int slot) {
@@ -129,7 +182,10 @@ void RecvSlots::abandon(std::size_t i) {
   m_reqs[i] = MPI_REQUEST_NULL;
   const std::size_t capacity = s.msg.capacity();
   // Moving the Message keeps its heap storage where it is.
-  new Message(std::move(s.msg));  // NOLINT: deliberate leak, see requests.hpp
+  new Message(std::move(s.msg));                       // NOLINT: deliberate leak, see requests.hpp
+  new std::shared_ptr<void>(std::move(s.dest_owner));  // NOLINT: likewise (post_payload)
+  s.dest = nullptr;
+  s.raw = false;
   s.msg = Message(capacity);
   spdlog::warn(
       "a receive from rank {} could not be cancelled (mid-message from a peer that died?); its "

@@ -4,6 +4,15 @@
 //   SendQueue  sends in flight, each holding a reference to its message;
 //   RecvSlots  one posted receive per peer into a buffer the slot owns.
 //
+// Both can also move a payload that lives elsewhere, as a message of its own
+// after its header (comm::kFlagSplit): a worker sends its gradient from, and
+// receives its parameters into, the buffers its network computes with,
+// copying nothing. Such a payload is one contiguous buffer, which MPI moves
+// with a single copy (a derived datatype of header and payload would make
+// it pack and unpack in pieces, each needing both sides' attention). The
+// caller hands over shared ownership of the payload's buffer, which the
+// queue or slot holds as long as MPI may use it.
+//
 // Both complete or cancel what is in flight when destroyed. A send that can
 // neither complete nor be cancelled in time (a peer that died or stopped)
 // keeps its buffer alive for the rest of the process rather than hand MPI
@@ -42,6 +51,11 @@ class SendQueue {
   // The queue keeps `msg` alive until the send has completed; the caller
   // must not modify it while use_count() > 1.
   void send(SharedMessage msg, int dest, int tag);
+  // The header of `header` alone (its flags must say kFlagSplit), then
+  // header().count floats at `payload` (inside `owner`) as the next
+  // message to `dest` with the same tag.
+  void send_split(SharedMessage header, std::shared_ptr<const void> owner, const float* payload,
+                  int dest, int tag);
   // Drops the sends that have completed. Cheap when nothing is in flight.
   void progress();
   std::size_t in_flight() const { return m_entries.size(); }
@@ -55,6 +69,7 @@ class SendQueue {
   struct Entry {
     MPI_Request req = MPI_REQUEST_NULL;
     SharedMessage msg;
+    std::shared_ptr<const void> payload_owner;  // send_parts: where the payload lives
     int dest = -1;
   };
   MPI_Comm m_comm;
@@ -72,6 +87,14 @@ class RecvSlots {
   // header + `capacity` floats; returns its index. Not posted yet.
   int add(int source, int tag, MPI_Comm comm, std::size_t capacity);
   void post(int slot);
+  // Posts the slot's receive of a split payload (kFlagSplit): `count` floats
+  // straight into `payload` (inside `owner`), nothing else. The slot's
+  // header stays as the last post() received it; payload(slot) points to
+  // `payload`, and raw(slot) is true, until the next post().
+  void post_payload(int slot, std::shared_ptr<void> owner, float* payload, std::size_t count);
+  // The same into the slot's own buffer, after the header it holds.
+  void post_payload(int slot, std::size_t count);
+  bool raw(int slot) const { return m_slots[static_cast<std::size_t>(slot)].raw; }
   // Cancels the slot's receive (a peer that will never send); idempotent.
   // Never throws: a receive MPI cannot cancel (matched to a message from a
   // peer that died while sending) is abandoned with its buffer kept.
@@ -90,6 +113,11 @@ class RecvSlots {
   std::vector<Done> wait(IdleBackoff& backoff);
 
   const Message& message(int slot) const { return m_slots[static_cast<std::size_t>(slot)].msg; }
+  // Where the last receive of the slot put its payload.
+  const float* payload(int slot) const {
+    const auto& s = m_slots[static_cast<std::size_t>(slot)];
+    return s.dest != nullptr ? s.dest : s.msg.payload();
+  }
   int source(int slot) const { return m_slots[static_cast<std::size_t>(slot)].source; }
   int size() const { return static_cast<int>(m_slots.size()); }
 
@@ -99,6 +127,9 @@ class RecvSlots {
     int tag = 0;
     MPI_Comm comm = MPI_COMM_NULL;
     Message msg;
+    bool raw = false;                       // post_payload: a payload alone
+    float* dest = nullptr;                  // its place, when not the slot's own buffer
+    std::shared_ptr<void> dest_owner = {};  // and what keeps that alive
   };
   // Gives up on slot i's receive, which MPI could not cancel: the request is
   // freed (MPI releases it whenever it ends) and the buffer MPI may still

@@ -218,15 +218,17 @@ std::vector<KeySpec> make_key_specs() {
                   "use is capped to them, with a warning."),
       // [exchange]
       SYNCOPT_KEY(exchange, pipeline, no_range(), "",
-                  "Parameter-server modes: send each bucket of layers' gradients as soon as "
-                  "backward has produced it (top layer first), and start each layer's forward as "
-                  "soon as its parameters are in, so that communication overlaps compute; false: "
-                  "pull all parameters, compute, push the whole gradient. Updates are the same "
-                  "either way."),
+                  "Parameter-server modes: gradients and parameters travel in buckets of whole "
+                  "layers; a worker sends each bucket's gradient as soon as backward has produced "
+                  "it (top layer first) and starts each layer's forward as soon as its parameters "
+                  "are in. Sync updates are the same (bit for bit with b = 0 or the virtual "
+                  "clock); async and ssp apply each bucket on arrival and record its staleness. "
+                  "false: pull all parameters, compute, push the whole gradient."),
       SYNCOPT_KEY(exchange, bucket_bytes, at_least(1), "",
-                  "Smallest message of the pipeline: consecutive layers are grouped until their "
-                  "parameters reach this many bytes (PyTorch DDP's bucket_cap, Horovod's fusion "
-                  "buffer)."),
+                  "Smallest message of the pipeline: consecutive layers are grouped, from the top "
+                  "layer down, until their parameters reach this many bytes (what is left at the "
+                  "bottom of a shard's slice is one smaller bucket); 1: every layer its own "
+                  "bucket. PyTorch DDP's bucket_cap and Horovod's fusion buffer play this part."),
       // [sim] (syncopt simulate and plan; training ignores it)
       SYNCOPT_KEY(sim, workers, int_from(1), "",
                   "Simulated workers K (there is no MPI world to count them); N = K - "

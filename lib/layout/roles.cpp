@@ -109,60 +109,7 @@ std::vector<Slice> shard_slices(std::size_t count, int shards) {
   return out;
 }
 
-std::vector<Slice> balanced_slices(const std::vector<std::size_t>& group_counts, int shards) {
-  const std::size_t G = group_counts.size();
-  const auto S = static_cast<std::size_t>(std::max(shards, 1));
-  if (G < S) {
-    throw ConfigError("cluster.ps = " + std::to_string(shards) + " shards for a model of " +
-                      std::to_string(G) +
-                      " parameter groups: a shard holds whole layers, so use at most " +
-                      std::to_string(G) + " shards (or a larger model)");
-  }
-  std::vector<std::size_t> prefix(G + 1, 0);
-  for (std::size_t g = 0; g < G; ++g) prefix[g + 1] = prefix[g] + group_counts[g];
-  const auto part = [&](std::size_t from, std::size_t to) { return prefix[to] - prefix[from]; };
-  // cost[s][g]: the best placement of the first g groups on s shards:
-  // first the largest slice, then the sum of squares (both exact by dynamic
-  // programming: the second pass only admits slices within the first's best).
-  constexpr auto kNone = std::numeric_limits<std::size_t>::max();
-  std::vector<std::vector<std::size_t>> largest(S + 1, std::vector<std::size_t>(G + 1, kNone));
-  largest[0][0] = 0;
-  for (std::size_t s = 1; s <= S; ++s) {
-    for (std::size_t g = s; g + (S - s) <= G; ++g) {
-      for (std::size_t j = s - 1; j < g; ++j) {
-        if (largest[s - 1][j] == kNone) continue;
-        largest[s][g] = std::min(largest[s][g], std::max(largest[s - 1][j], part(j, g)));
-      }
-    }
-  }
-  const std::size_t cap = largest[S][G];
-  std::vector<std::vector<double>> squares(S + 1, std::vector<double>(G + 1, -1.0));
-  std::vector<std::vector<std::size_t>> cut(S + 1, std::vector<std::size_t>(G + 1, 0));
-  squares[0][0] = 0.0;
-  for (std::size_t s = 1; s <= S; ++s) {
-    for (std::size_t g = s; g + (S - s) <= G; ++g) {
-      for (std::size_t j = s - 1; j < g; ++j) {
-        const std::size_t p = part(j, g);
-        if (squares[s - 1][j] < 0.0 || p > cap) continue;
-        const double q = squares[s - 1][j] + static_cast<double>(p) * static_cast<double>(p);
-        if (squares[s][g] < 0.0 || q < squares[s][g]) {
-          squares[s][g] = q;
-          cut[s][g] = j;
-        }
-      }
-    }
-  }
-  std::vector<Slice> out(S);
-  std::size_t g = G;
-  for (std::size_t s = S; s > 0; --s) {
-    const std::size_t j = cut[s][g];
-    out[s - 1] = {prefix[j], part(j, g)};
-    g = j;
-  }
-  return out;
-}
-
-std::string describe(const Roles& roles, std::size_t param_count) {
+std::string describe(const Roles& roles, const std::vector<Slice>& slices) {
   std::ostringstream os;
   os << "# layout: mode " << config::mode_name(roles.mode) << ", world " << roles.world << " ranks";
   if (roles.shards > 0) {
@@ -175,8 +122,6 @@ std::string describe(const Roles& roles, std::size_t param_count) {
        << (roles.rule.adaptive ? ", adapted online: train.backups = auto" : "") << ")";
   }
   os << "\n";
-  const auto slices =
-      roles.shards > 0 ? shard_slices(param_count, roles.shards) : std::vector<Slice>{};
   for (int r = 0; r < roles.world; ++r) {
     os << "rank " << r << ": ";
     if (roles.mode == Mode::kLocal) {
@@ -185,6 +130,9 @@ std::string describe(const Roles& roles, std::size_t param_count) {
     }
     switch (roles.role_of(r)) {
       case Role::kShard: {
+        if (static_cast<std::size_t>(r) >= slices.size()) {
+          throw InternalError("layout::describe without the slice of shard " + std::to_string(r));
+        }
         const auto& s = slices[static_cast<std::size_t>(r)];
         os << "parameter-server shard " << r << ", parameters [" << s.offset << ", "
            << s.offset + s.count << ") = " << s.count << " floats";

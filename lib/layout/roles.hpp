@@ -46,22 +46,13 @@ std::vector<std::string> check_layout(const config::Config& cfg, int world);
 Roles make_roles(const config::Config& cfg, int world);
 
 // Balanced contiguous slices of `count` floats over `shards` shards: the
-// first count % shards shards get one more float.
+// first count % shards shards get one more float. (Training places whole
+// layers: layout::balanced_slices in placement.hpp.)
 std::vector<Slice> shard_slices(std::size_t count, int shards);
 
-// Slices at layer granularity (docs/design.md §2): `group_counts` are the
-// floats of the model's parameter groups in the flat buffer's order (a
-// layer's weights, bias, ... are one group: nn::Graph::groups); each shard
-// gets whole groups, contiguous, every shard at least one, so that each
-// holds about 1/S of the bytes: the largest slice is as small as whole
-// groups allow, and among the placements that achieve it the sum of squared
-// slice sizes is least (the others as even as they can be). A group larger
-// than total/S makes its shard the largest. ConfigError when there are
-// fewer groups than shards.
-std::vector<Slice> balanced_slices(const std::vector<std::size_t>& group_counts, int shards);
-
-// One line per rank: "rank 3: worker 1 (data shard 1 of 5)" for --dry-run.
-std::string describe(const Roles& roles, std::size_t param_count);
+// One line per rank: "rank 3: worker 1 (data shard 1 of 5)" for --dry-run;
+// a shard's line gives its slice of `slices` (layout::balanced_slices).
+std::string describe(const Roles& roles, const std::vector<Slice>& slices);
 
 // How long the run is and how its schedule counts, the same on every rank:
 // from train.steps, or from train.epochs counted in accepted examples.

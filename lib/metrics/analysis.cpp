@@ -106,6 +106,32 @@ struct Analyzer::State {
   int record_shards = 1;
   std::map<std::pair<int, std::uint64_t>, std::pair<std::uint8_t, int>> decisions;
   std::int64_t disagreements = 0;
+  // Async with per-bucket apply: every applied gradient's staleness per
+  // (shard, bucket), bucket 0 (the slice's first layers) first.
+  struct LayerStaleness {
+    double sum = 0.0, max = 0.0;
+    std::int64_t samples = 0;
+  };
+  std::map<std::pair<int, std::size_t>, LayerStaleness> layers;
+
+  // null when no record had any (sync, or one bucket per shard).
+  json layers_json() const {
+    if (layers.empty()) return nullptr;
+    json out = json::array();
+    for (const auto& [key, l] : layers) {
+      const auto shard = static_cast<std::size_t>(key.first);
+      json e = {{"shard", key.first},
+                {"bucket", key.second},
+                {"mean", l.sum / static_cast<double>(l.samples)},
+                {"max", l.max},
+                {"samples", l.samples}};
+      if (shard < info.bucket_layers.size() && key.second < info.bucket_layers[shard].size()) {
+        e["layers"] = info.bucket_layers[shard][key.second];
+      }
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
 
   void close_version(std::vector<double>& times) {
     std::sort(times.begin(), times.end());
@@ -195,6 +221,13 @@ void Analyzer::add(const StepRecord& r) {
     }
     ++st.hist_all[g.staleness];
     if (g.accepted) {
+      for (std::size_t b = 0; b < g.layer_staleness.size(); ++b) {
+        auto& l = st.layers[{r.shard, b}];
+        const auto v = static_cast<double>(g.layer_staleness[b]);
+        l.max = l.samples == 0 ? v : std::max(l.max, v);
+        l.sum += v;
+        ++l.samples;
+      }
       ++st.hist_applied[g.staleness];
       st.staleness_sum += static_cast<double>(g.staleness);
       st.staleness_max = st.applied == 0
@@ -267,6 +300,7 @@ RunAnalysis Analyzer::finish() {
       {"staleness_max", st.staleness_max},
       {"staleness_hist_applied", histogram_json(st.hist_applied)},
       {"staleness_hist_all", histogram_json(st.hist_all)},
+      {"staleness_by_layer", st.layers_json()},
       {"time_to_kth_mean_s", kth_mean},
       {"time_to_kth_median_s", kth_median},
       {"time_to_kth_samples", kth_count}};
@@ -438,6 +472,16 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals,
   std::sort(hist.begin(), hist.end());
   for (const auto& [k, v] : hist) os << "  " << k << ":" << v;
   os << "\n";
+  if (const auto it = s.find("staleness_by_layer"); it != s.end() && it->is_array()) {
+    os << "staleness by layer (each bucket applied on arrival; bucket 0 holds a shard's first "
+          "layers):\n  shard  bucket      mean   max  layers\n";
+    for (const auto& e : *it) {
+      std::snprintf(buf, sizeof(buf), "  %5d  %6d  %8.2f  %4.0f  %s\n", e["shard"].get<int>(),
+                    e["bucket"].get<int>(), e["mean"].get<double>(), e["max"].get<double>(),
+                    e.value("layers", std::string()).c_str());
+      os << buf;
+    }
+  }
   if (!evals.empty()) {
     os << "test accuracy over the run:\n      step    wall_s   theta    EMA\n";
     for (const auto& e : evals) {

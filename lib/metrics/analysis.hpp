@@ -31,6 +31,10 @@ struct RunInfo {
   // (syncopt simulate's sim.records = shard0), when whether shards disagreed
   // is unknown (null in the summary).
   int recorded_shards = 0;
+  // Per shard, the layers of each bucket of the pipelined exchange in
+  // forward order ("conv1..conv2"): names for staleness_by_layer (empty:
+  // only bucket numbers).
+  std::vector<std::vector<std::string>> bucket_layers;
 };
 
 struct RunAnalysis {

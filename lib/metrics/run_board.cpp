@@ -55,6 +55,35 @@ void RunBoard::step(const StepRecord& r) {
     m_writer.scalar("sync/time_to_kth", step, last_accepted, wall);
   }
   m_writer.histogram("sync/arrival_s", step, m_arrivals, wall);
+  // Per-bucket staleness (async with the pipelined exchange).
+  std::size_t buckets = 0;
+  for (const GradRecord& g : r.grads) {
+    if (g.accepted) buckets = std::max(buckets, g.layer_staleness.size());
+  }
+  for (std::size_t b = 0; b < buckets; ++b) {
+    double sum = 0.0;
+    int n = 0;
+    for (const GradRecord& g : r.grads) {
+      if (!g.accepted || b >= g.layer_staleness.size()) continue;
+      sum += static_cast<double>(g.layer_staleness[b]);
+      ++n;
+    }
+    if (n == 0) continue;
+    if (b >= m_layer_tags.size()) {
+      // Records of more buckets than named (or none named): numbers only.
+      m_layer_tags.push_back("sync/staleness_by_layer/" + std::string(b < 10 ? "0" : "") +
+                             std::to_string(b));
+    }
+    m_writer.scalar(m_layer_tags[b], step, sum / n, wall);
+  }
+}
+
+void RunBoard::set_bucket_layers(std::vector<std::string> layers) {
+  m_layer_tags.clear();
+  for (std::size_t b = 0; b < layers.size(); ++b) {
+    m_layer_tags.push_back("sync/staleness_by_layer/" + std::string(b < 10 ? "0" : "") +
+                           std::to_string(b) + "-" + layers[b]);
+  }
 }
 
 void RunBoard::eval(const EvalScalars& e) {

@@ -16,6 +16,10 @@
 //                          of the step: the time to k = N, seconds)
 //   sync/arrival_s         histogram of every gradient's arrival (seconds
 //                          since the step's start), accepted or dropped
+//   sync/staleness_by_layer/<b>-<layers>
+//                          async and ssp with the pipelined exchange: the
+//                          mean staleness of the accepted gradients' bucket
+//                          b (00 = the first layers), one tag per bucket
 // Per evaluation, at its step:
 //   eval/test_acc, eval/test_acc_ema, eval/test_loss, eval/test_loss_ema
 // Once, at the start of a launch (rank 0), at step 0:
@@ -60,6 +64,9 @@ class RunBoard {
   RunBoard(const std::filesystem::path& dir, const std::string& tag, const RunClock& clock);
 
   void step(const StepRecord& r);
+  // The layers of each bucket of the records' shard (shard 0), in forward
+  // order, for the staleness_by_layer tags.
+  void set_bucket_layers(std::vector<std::string> layers);
   void eval(const EvalScalars& e);
   // The resolved config as text and as hparams, and `command` (a Markdown
   // line or two: the command line, build, host) as text.
@@ -70,7 +77,8 @@ class RunBoard {
  private:
   TensorBoardWriter m_writer;
   const RunClock& m_clock;
-  std::vector<double> m_arrivals;  // reused across records
+  std::vector<double> m_arrivals;         // reused across records
+  std::vector<std::string> m_layer_tags;  // sync/staleness_by_layer/<b>-<layers>
   // Smoothed seconds per update, and the last record it saw.
   double m_step_s = 0.0;
   std::uint64_t m_last_step = 0;

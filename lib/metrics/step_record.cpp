@@ -61,6 +61,15 @@ void append_json_line(std::string& out, const StepRecord& r) {
     put_key(out, "compute_s");
     put_double(out, g.compute_s);
     out += ',';
+    if (!g.layer_staleness.empty()) {
+      put_key(out, "layer_staleness");
+      out += '[';
+      for (std::size_t i = 0; i < g.layer_staleness.size(); ++i) {
+        if (i > 0) out += ',';
+        put_int(out, g.layer_staleness[i]);
+      }
+      out += "],";
+    }
     put_key(out, "loss");
     put_double(out, static_cast<double>(g.loss));
     out += ',';
@@ -132,6 +141,9 @@ StepRecord step_from_json(const json& j, const std::string& origin) {
       gr.compute_s = g.value("compute_s", 0.0);
       gr.loss = g.value("loss", 0.0f);
       gr.seq = g.value("seq", std::uint64_t{0});
+      if (g.contains("layer_staleness")) {
+        gr.layer_staleness = g.at("layer_staleness").get<std::vector<std::int64_t>>();
+      }
       r.grads.push_back(gr);
     }
     return r;

@@ -24,6 +24,11 @@ struct GradRecord {
   double compute_s = 0.0;
   float loss = 0.0f;
   std::uint64_t seq = 0;  // the worker's own gradient counter (matches across shards)
+  // Async and ssp with the pipelined exchange (each bucket of layers applied
+  // on arrival): the staleness of every bucket of the shard's slice, in
+  // forward order (bucket 0 holds the slice's first layers; its staleness
+  // is `staleness`). Empty otherwise, and then left out of the JSON.
+  std::vector<std::int64_t> layer_staleness = {};
 };
 
 struct StepRecord {

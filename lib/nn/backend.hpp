@@ -14,6 +14,28 @@
 
 namespace syncopt::nn {
 
+// The pipelined exchange (docs/design.md §4) follows a training step as it
+// runs: it is asked for each layer's parameters just before that layer's
+// forward, and told as soon as backward has finished each layer's gradient
+// (top layer first), so that parameters arrive and gradients leave while the
+// rest of the step computes. Offsets and counts are in floats of the flat
+// parameter buffer; a layer's parameters are one contiguous group
+// (nn::Graph::groups).
+class StepHooks {
+ public:
+  explicit StepHooks(std::size_t param_count) : m_param_count(param_count) {}
+  virtual ~StepHooks() = default;
+  std::size_t param_count() const { return m_param_count; }
+  // Returns once params[offset, offset + count) hold this step's values.
+  virtual void need_params(std::size_t offset, std::size_t count) = 0;
+  // grad[offset, param_count()) is final and will not be written again in
+  // this step; `loss` is the step's (what train_step returns).
+  virtual void grads_ready(std::size_t offset, float loss) = 0;
+
+ private:
+  std::size_t m_param_count;
+};
+
 class Network {
  public:
   virtual ~Network() = default;
@@ -23,6 +45,18 @@ class Network {
   // (overwritten, not accumulated). batch <= max_batch().
   virtual float train_step(const float* params, const float* images, const std::int32_t* labels,
                            int batch, float* grad) = 0;
+  // train_step, reporting its progress to `hooks` (see StepHooks); the same
+  // loss and gradient bits as train_step. This default, for a backend
+  // without a staged step, asks for every parameter first, runs the whole
+  // step, then reports the whole gradient at once.
+  virtual float train_step_staged(const float* params, const float* images,
+                                  const std::int32_t* labels, int batch, float* grad,
+                                  StepHooks& hooks) {
+    hooks.need_params(0, hooks.param_count());
+    const float loss = train_step(params, images, labels, batch, grad);
+    hooks.grads_ready(0, loss);
+    return loss;
+  }
   // Forward only, in inference mode: logits [batch, classes]. batch <=
   // max_batch(). A model with batch norm normalises with the statistics of
   // the last set_batch_norm_statistics() (InternalError before any).

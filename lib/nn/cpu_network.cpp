@@ -213,6 +213,10 @@ struct CpuNetwork::Impl {
   bool stats_set = false;
   std::optional<std::uint64_t> dropout_key;
   std::uint64_t step_key = 0;
+  // train_step_staged: told before each layer's forward and after each
+  // layer's backward (null otherwise: predict, statistics, train_step).
+  StepHooks* hooks = nullptr;
+  float step_loss = 0.0f;
 
   void set_threads() const {
     if (threads > 0) omp_set_num_threads(threads);
@@ -1093,6 +1097,9 @@ struct CpuNetwork::Impl {
       NodeInfo& info = infos[j];
       const Node& node = *info.node;
       NodePlan& np = plan.nodes[j];
+      if (hooks != nullptr && node.param_count > 0) {
+        hooks->need_params(node.param_offset, node.param_count);
+      }
       switch (node.type) {
         case LayerType::kConv:
         case LayerType::kFc:
@@ -1225,12 +1232,17 @@ struct CpuNetwork::Impl {
           break;
       }
       for (Delivery& dl : np.deliveries) deliver(dl);
+      if (hooks != nullptr && node.param_count > 0) {
+        // This node's gradient, and every later node's, is final.
+        stream.wait();
+        hooks->grads_ready(node.param_offset, step_loss);
+      }
     }
     stream.wait();
   }
 
   double step(const float* params, const float* images, const std::int32_t* labels, int batch,
-              float* grad, float* input_grad, bool with_backward) {
+              float* grad, float* input_grad, bool with_backward, StepHooks* step_hooks = nullptr) {
     if (images == nullptr || labels == nullptr ||
         ((params == nullptr || (grad == nullptr && with_backward)) && graph.layout.count > 0)) {
       throw InternalError("CpuNetwork::train_step: null buffer");
@@ -1238,10 +1250,17 @@ struct CpuNetwork::Impl {
     set_threads();
     Plan& plan = plan_for(batch, true, with_backward, input_grad != nullptr);
     if (graph.has_dropout) step_key = batch_key(images, labels, batch);
+    // The hooks are this call's alone, also when it throws.
+    struct Reset {
+      StepHooks*& h;
+      ~Reset() { h = nullptr; }
+    } reset{hooks};
+    hooks = step_hooks;
     forward(plan, params, images, with_backward);
     const double loss =
         ops::softmax_cross_entropy(data_of(plan.logits), labels, batch, graph.outputs,
                                    with_backward ? data_of(plan.dlogits) : nullptr);
+    step_loss = static_cast<float>(loss);
     if (with_backward) backward(plan, params, grad, input_grad);
     return loss;
   }
@@ -1317,6 +1336,13 @@ CpuNetwork::~CpuNetwork() = default;
 float CpuNetwork::train_step(const float* params, const float* images, const std::int32_t* labels,
                              int batch, float* grad) {
   return static_cast<float>(m_impl->step(params, images, labels, batch, grad, nullptr, true));
+}
+
+float CpuNetwork::train_step_staged(const float* params, const float* images,
+                                    const std::int32_t* labels, int batch, float* grad,
+                                    StepHooks& hooks) {
+  return static_cast<float>(
+      m_impl->step(params, images, labels, batch, grad, nullptr, true, &hooks));
 }
 
 float CpuNetwork::train_step_with_input_grad(const float* params, const float* images,

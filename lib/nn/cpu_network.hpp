@@ -28,6 +28,10 @@ class CpuNetwork final : public Network {
 
   float train_step(const float* params, const float* images, const std::int32_t* labels, int batch,
                    float* grad) override;
+  // Staged: hooks.need_params before every layer's forward (in order),
+  // hooks.grads_ready after every layer's backward (top layer first).
+  float train_step_staged(const float* params, const float* images, const std::int32_t* labels,
+                          int batch, float* grad, StepHooks& hooks) override;
   // train_step that also writes dL/dimages [batch, C, H, W] into input_grad
   // (for the layer-wise gradient checks; the trainer never needs it).
   float train_step_with_input_grad(const float* params, const float* images,

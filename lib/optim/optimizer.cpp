@@ -73,10 +73,21 @@ Optimizer::Optimizer(const OptimizerOptions& opt, std::size_t count)
 }
 
 void Optimizer::step(float* params, const float* grad, float lr) {
+  step_range(params, grad, lr, 0, m_count);
+}
+
+// Element-wise, so updating a slice in pieces gives the bits of one pass.
+void Optimizer::step_range(float* params, const float* grad, float lr, std::size_t offset,
+                           std::size_t count) {
+  if (offset + count > m_count) {
+    throw InternalError("Optimizer::step_range [" + std::to_string(offset) + ", " +
+                        std::to_string(offset + count) + ") outside " + std::to_string(m_count));
+  }
   const float mu = static_cast<float>(m_opt.momentum);
   const float wd = static_cast<float>(m_opt.weight_decay);
-  float* mom = m_mom.data();
-  const std::size_t n = m_count;
+  float* mom = m_mom.data() + offset;
+  params += offset;
+  const std::size_t n = count;
   if (m_ms.empty()) {
     for (std::size_t i = 0; i < n; ++i) {
       const float g = grad[i] + wd * params[i];
@@ -87,7 +98,7 @@ void Optimizer::step(float* params, const float* grad, float lr) {
   }
   const float d = static_cast<float>(m_opt.rms_decay);
   const float eps = static_cast<float>(m_opt.eps);
-  float* ms = m_ms.data();
+  float* ms = m_ms.data() + offset;
   for (std::size_t i = 0; i < n; ++i) {
     const float g = grad[i] + wd * params[i];
     ms[i] = d * ms[i] + (1.0f - d) * g * g;
@@ -161,13 +172,22 @@ Ema::Ema(double decay, const float* initial, std::size_t count)
     : m_decay(decay), m_avg(initial, initial + count) {}
 
 void Ema::update(const float* params) {
+  update_range(params, 0, m_avg.size());
+  advance();
+}
+
+void Ema::update_range(const float* params, std::size_t offset, std::size_t count) {
+  if (offset + count > m_avg.size()) {
+    throw InternalError("Ema::update_range [" + std::to_string(offset) + ", " +
+                        std::to_string(offset + count) + ") outside " +
+                        std::to_string(m_avg.size()));
+  }
   const double t = static_cast<double>(m_updates);
   const float a = static_cast<float>(std::min(m_decay, (1.0 + t) / (10.0 + t)));
   const float b = 1.0f - a;
-  float* avg = m_avg.data();
-  const std::size_t n = m_avg.size();
-  for (std::size_t i = 0; i < n; ++i) avg[i] = a * avg[i] + b * params[i];
-  ++m_updates;
+  float* avg = m_avg.data() + offset;
+  params += offset;
+  for (std::size_t i = 0; i < count; ++i) avg[i] = a * avg[i] + b * params[i];
 }
 
 State Ema::state() const { return encode(m_decay, m_updates, m_avg); }

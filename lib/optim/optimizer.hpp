@@ -36,6 +36,12 @@ class Optimizer {
   Optimizer(const OptimizerOptions& opt, std::size_t count);
   // params, grad: [count] floats. Applies one update with learning rate lr.
   void step(float* params, const float* grad, float lr);
+  // The same update on params[offset, offset + count) alone (grad holds that
+  // range's count floats): updating a slice range by range gives the bits
+  // of one step() (the pipelined exchange applies a shard's slice bucket
+  // by bucket).
+  void step_range(float* params, const float* grad, float lr, std::size_t offset,
+                  std::size_t count);
   std::size_t count() const { return m_count; }
   const std::vector<float>& momentum_buffer() const { return m_mom; }
   const std::vector<float>& mean_square_buffer() const { return m_ms; }  // rmsprop; else empty
@@ -88,7 +94,12 @@ double learning_rate(const ScheduleOptions& s, double epoch);
 class Ema {
  public:
   Ema(double decay, const float* initial, std::size_t count);
+  // update_range over everything, then advance().
   void update(const float* params);
+  // Folds params[offset, offset + count) in with the current t; advance()
+  // then counts the update (t += 1) once every range of it is folded in.
+  void update_range(const float* params, std::size_t offset, std::size_t count);
+  void advance() { ++m_updates; }
   const float* data() const { return m_avg.data(); }
   std::size_t count() const { return m_avg.size(); }
   std::uint64_t updates() const { return m_updates; }

@@ -17,6 +17,15 @@ void ParamState::apply(const float* grad, float lr) {
   if (m_use_ema) m_ema.update(m_theta.data());
 }
 
+void ParamState::apply_range(std::size_t offset, std::size_t count, const float* grad, float lr) {
+  m_opt.step_range(m_theta.data(), grad, lr, offset, count);
+  if (m_use_ema) m_ema.update_range(m_theta.data(), offset, count);
+}
+
+void ParamState::end_update() {
+  if (m_use_ema) m_ema.advance();
+}
+
 checkpoint::State ParamState::state() const {
   checkpoint::State s;
   checkpoint::put_params(

@@ -20,6 +20,11 @@ class ParamState {
 
   // θ <- optimiser(θ, grad, lr), then θ̄ folds θ in. grad [count].
   void apply(const float* grad, float lr);
+  // apply() in pieces (the pipelined exchange): θ[offset, offset + count)
+  // with grad [count] of that range, its EMA folded in; end_update() counts
+  // the update once every range of it is applied. The same bits as apply().
+  void apply_range(std::size_t offset, std::size_t count, const float* grad, float lr);
+  void end_update();
 
   std::size_t count() const { return m_theta.size(); }
   const float* theta() const { return m_theta.data(); }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/parts.hpp"
@@ -18,6 +19,14 @@ using comm::Kind;
 using comm::kNoCheckpoint;
 using comm::Message;
 
+namespace {
+
+// How long the loop sleeps at most between polls while some worker's
+// gradient is partly in (comm::IdleBackoff's own cap is 500 us).
+constexpr double kPartialPollS = 50e-6;
+
+}  // namespace
+
 Shard::Shard(const ShardSetup& st)
     : m_st(st),
       m_cfg(*st.cfg),
@@ -28,6 +37,8 @@ Shard::Shard(const ShardSetup& st)
       m_has_eval(st.roles->evaluator_rank >= 0),
       m_agree(st.roles->shards > 1 && config::traits(st.roles->mode).versioned &&
               st.cfg->train.clock != config::Clock::kVirtual && st.cfg->train.agree_shards),
+      m_per_bucket(st.buckets.size() > 1 && (st.roles->mode == config::Mode::kAsync ||
+                                             st.roles->mode == config::Mode::kSsp)),
       m_core(st.roles->mode, st.roles->workers, st.roles->rule.n, st.slice.count,
              st.cfg->train.timeout_ms / 1000.0, st.cfg->train.ssp_bound),
       m_params(optim::optimizer_options(st.cfg->optim), st.cfg->optim.ema, st.initial,
@@ -49,9 +60,29 @@ Shard::Shard(const ShardSetup& st)
       m_reported_by(st.shard),
       m_checkpoints(st.cfg->run, *st.roles, st.clock->now()),
       m_rng(st.cfg->run.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(st.shard)) {
+  for (const auto& b : st.buckets) m_buckets.push_back({b.offset, b.count});
+  if (m_buckets.empty()) m_buckets.push_back({st.slice.offset, st.slice.count});
+  std::size_t largest = 0;
+  std::size_t end = st.slice.offset;
+  for (const auto& b : m_buckets) {
+    if (b.offset != end) throw InternalError("shard buckets do not tile the slice");
+    end += b.count;
+    largest = std::max(largest, b.count);
+  }
+  if (end != st.slice.offset + st.slice.count) {
+    throw InternalError("shard buckets do not tile the slice");
+  }
+  const auto n_buckets = m_buckets.size();
+  m_snapshots.resize(n_buckets);
+  m_current.resize(n_buckets);
+  m_next_bucket.assign(static_cast<std::size_t>(m_workers), static_cast<int>(n_buckets) - 1);
+  if (m_per_bucket) m_core.use_buckets(static_cast<int>(n_buckets));
+  if (n_buckets > 1 && !m_per_bucket && m_core.slot(0) == nullptr) {
+    m_staging.assign(static_cast<std::size_t>(m_workers), std::vector<float>(m_count));
+  }
   std::vector<int> peers;
   for (int w = 0; w < m_workers; ++w) {
-    m_recvs.add(m_roles.worker_rank(w), comm::kTagToShard, st.data_comm, m_count);
+    m_recvs.add(m_roles.worker_rank(w), comm::kTagToShard, st.data_comm, largest);
     peers.push_back(m_roles.worker_rank(w));
   }
   if (m_has_eval) {
@@ -111,11 +142,21 @@ ShardResult Shard::run() {
     m_ctrl_sends.progress();
     if (progressed) {
       m_backoff.busy();
+    } else if (m_st.own_core) {
+      std::this_thread::yield();
     } else {
       const double now = m_st.clock->now();
       const double deadline = m_core.time_to_deadline(now);
-      const double watch = m_watch->time_to_next_deadline(now);
-      m_backoff.idle(deadline >= 0.0 ? std::min(deadline, watch) : watch);
+      double limit = m_watch->time_to_next_deadline(now);
+      if (deadline >= 0.0) limit = std::min(limit, deadline);
+      // A gradient half in: its bucket 0 is on its way and an update may
+      // hang on it, so look again soon rather than after a long sleep.
+      const int last = static_cast<int>(m_buckets.size()) - 1;
+      if (std::any_of(m_next_bucket.begin(), m_next_bucket.end(),
+                      [&](int b) { return b != last; })) {
+        limit = std::min(limit, kPartialPollS);
+      }
+      m_backoff.idle(limit);
     }
   }
   // Finished before any update (nothing to train): the evaluator still
@@ -242,12 +283,23 @@ void Shard::on_peer_message(int slot, int bytes) {
 void Shard::on_worker_message(int w, int bytes, double seen) {
   const Message& m = m_recvs.message(w);
   const comm::MsgHeader& h = m.header();
+  if (m_recvs.raw(w)) {
+    // The payload of the GRAD whose header came last (kFlagSplit).
+    if (bytes != static_cast<int>(h.count * sizeof(float))) {
+      protocol_error("gradient bucket from worker rank " + std::to_string(m_roles.worker_rank(w)) +
+                     " of " + std::to_string(bytes) + " bytes, its header says " +
+                     std::to_string(h.count * sizeof(float)));
+    }
+    on_gradient(w, seen);
+    return;
+  }
   const std::string err = comm::check_header(
       h, {static_cast<std::uint32_t>(m_roles.worker_rank(w)),
           {Kind::kGrad, Kind::kPull, Kind::kCtrl, Kind::kSaved, Kind::kStopRequest},
           static_cast<std::uint32_t>(m_self),
           m_count,
-          bytes});
+          bytes,
+          &m_buckets});
   if (!err.empty()) protocol_error(err);
   const auto kind = static_cast<Kind>(h.kind);
   const auto wi = static_cast<std::size_t>(w);
@@ -265,29 +317,69 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
     m_recvs.post(w);
     return;
   }
+  if (kind == Kind::kGrad) {
+    // A gradient's buckets come top layer first, bucket 0 last.
+    const int last = static_cast<int>(m_buckets.size()) - 1;
+    if (h.bucket != m_next_bucket[wi]) {
+      protocol_error("gradient bucket " + std::to_string(h.bucket) + " from worker rank " +
+                     std::to_string(m_roles.worker_rank(w)) + ", expected bucket " +
+                     std::to_string(m_next_bucket[wi]) + " (buckets go from " +
+                     std::to_string(last) + " down to 0)");
+    }
+    if (h.bucket == 0 && m_pending[wi].waiting) {
+      protocol_error("second request from worker rank " + std::to_string(m_roles.worker_rank(w)) +
+                     " before its previous one was answered");
+    }
+    m_next_bucket[wi] = h.bucket == 0 ? last : h.bucket - 1;
+    if ((h.flags & comm::kFlagSplit) != 0) {
+      m_recvs.post_payload(w, h.count);  // the floats follow; the header stays in the slot
+      return;
+    }
+    on_gradient(w, seen);
+    return;
+  }
+  // A PULL asks for parameters (as bucket 0 of a gradient does).
   if (m_pending[wi].waiting) {
     protocol_error("second request from worker rank " + std::to_string(m_roles.worker_rank(w)) +
                    " before its previous one was answered");
   }
-  if (kind == Kind::kGrad) {
-    m_core.on_push(w);
-    m_last_seq[wi] = h.step_seq;
-    if (m_adaptive && !m_core.virtual_clock()) {
-      // When it finished, from its version's start (late ones too). Under
-      // the virtual clock the core says so, in the order it takes them.
-      if (h.param_version == m_core.version()) {
-        m_adaptive->on_arrival(h.param_version, seen - m_core.step_start());
-      } else if (const auto it = m_version_start.find(h.param_version);
-                 it != m_version_start.end()) {
-        m_adaptive->on_arrival(h.param_version, seen - it->second);
-      }
+  m_pending[wi] = {true, h.param_version};
+  m_recvs.post(w);
+}
+
+// A gradient bucket of worker w, its header and floats in the slot: staged
+// or applied; bucket 0 completes the gradient and asks for parameters.
+void Shard::on_gradient(int w, double seen) {
+  const Message& m = m_recvs.message(w);
+  const comm::MsgHeader& h = m.header();
+  const float* data = m_recvs.payload(w);
+  const auto wi = static_cast<std::size_t>(w);
+  if (m_per_bucket) {
+    apply_bucket(w, h, data);
+  } else if (m_buckets.size() > 1) {
+    stage(w, h, data);
+  }
+  if (h.bucket != 0) {
+    m_recvs.post(w);
+    return;
+  }
+  m_core.on_push(w);
+  m_last_seq[wi] = h.step_seq;
+  if (m_adaptive && !m_core.virtual_clock()) {
+    // When it finished, from its version's start (late ones too). Under
+    // the virtual clock the core says so, in the order it takes them.
+    if (h.param_version == m_core.version()) {
+      m_adaptive->on_arrival(h.param_version, seen - m_core.step_start());
+    } else if (const auto it = m_version_start.find(h.param_version); it != m_version_start.end()) {
+      m_adaptive->on_arrival(h.param_version, seen - it->second);
     }
-    if (m_finished) {
-      ++m_after_end;
-    } else {
-      m_core.on_grad(w, h.param_version, m.payload(), h.loss, h.compute_s, seen, h.step_seq,
-                     h.vtime_s, h.examples);
-    }
+  }
+  if (m_finished) {
+    ++m_after_end;
+  } else {
+    const float* grad = m_per_bucket ? nullptr : m_buckets.size() > 1 ? staging(w) : data;
+    m_core.on_grad(w, h.param_version, grad, h.loss, h.compute_s, seen, h.step_seq, h.vtime_s,
+                   h.examples);
   }
   m_pending[wi] = {true, h.param_version};
   m_recvs.post(w);
@@ -296,11 +388,45 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
   apply_due();
 }
 
-bool Shard::done_training() const {
+// Where worker w's gradient is assembled: the core's slot for it (sync,
+// timeout), else this loop's own buffer (softsync).
+float* Shard::staging(int w) {
+  float* slot = m_core.slot(w);
+  return slot != nullptr ? slot : m_staging[static_cast<std::size_t>(w)].data();
+}
+
+void Shard::stage(int w, const comm::MsgHeader& h, const float* data) {
+  std::copy_n(data, h.count, staging(w) + (h.offset - m_st.slice.offset));
+}
+
+// Async and ssp, bucketed: the bucket is applied now, alone, with the lr
+// of the epoch reached so far; its staleness goes into the gradient's
+// record, written when bucket 0 completes it. Nothing non-finite is applied.
+void Shard::apply_bucket(int w, const comm::MsgHeader& h, const float* data) {
+  if (m_finished) return;
+  if (!std::isfinite(h.loss) || !all_finite(data, h.count)) {
+    finish(ExitCode::kInternal,
+           "training diverged: a gradient of worker " + std::to_string(w) + " at shard " +
+               std::to_string(m_self) + " (loss " + std::to_string(h.loss) +
+               ") is not finite; nothing non-finite was applied or saved, the last checkpoint "
+               "is kept. Lower optim.lr (asynchronous modes need a smaller one than sync)");
+    return;
+  }
+  const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
+  const auto lr =
+      static_cast<float>(optim::learning_rate(m_sched, epoch) * m_roles.rule.lr_multiplier(1));
+  m_core.on_bucket(w, h.bucket, h.param_version);
+  m_params.apply_range(h.offset - m_st.slice.offset, h.count, data, lr);
+  m_current[h.bucket].reset();  // this bucket changed: the next answer publishes it anew
+}
+
+bool Shard::done_training() const { return would_finish(m_examples, m_core.version()); }
+
+bool Shard::would_finish(std::uint64_t examples, std::uint64_t version) const {
   // train.epochs counts accepted examples (a timeout update may carry fewer
   // than N gradients, so the count of updates alone would end it early).
-  return m_st.plan->target_examples > 0 ? m_examples >= m_st.plan->target_examples
-                                        : m_core.version() >= m_st.plan->total_steps;
+  return m_st.plan->target_examples > 0 ? examples >= m_st.plan->target_examples
+                                        : version >= m_st.plan->total_steps;
 }
 
 bool Shard::apply_due() {
@@ -314,25 +440,64 @@ bool Shard::apply_due() {
 
 void Shard::apply_one() {
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
-  metrics::StepRecord rec = m_core.apply(m_mean.data(), m_st.clock->now());
+  metrics::StepRecord rec = m_core.begin_apply(m_st.clock->now());
   // Adaptive b: the lr follows the N this update averages (scale_lr_by_n).
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) *
                                      m_roles.rule.lr_multiplier(rec.used));
   if (m_agree && m_self == 0) send_decision(rec);
-  if (!std::isfinite(rec.loss) || !m_core.mean_finite()) {
+  const auto diverged = [&](const std::string& what) {
+    m_core.end_apply();
     // Nothing non-finite is applied or saved: the last checkpoint stays.
     finish(ExitCode::kInternal,
-           "training diverged: the mean loss of update " + std::to_string(rec.step) + " at shard " +
-               std::to_string(m_self) + " is " + std::to_string(rec.loss) + " (lr " +
-               std::to_string(lr) +
-               "); nothing non-finite was saved, the last checkpoint is kept. Lower optim.lr "
-               "(asynchronous modes need a smaller one than sync: each update is one worker's "
-               "batch, and stale)");
-    return;
+           "training diverged at update " + std::to_string(rec.step) + ", shard " +
+               std::to_string(m_self) + ": " + what + " (lr " + std::to_string(lr) +
+               "); nothing non-finite was applied or saved, the last checkpoint is kept. Lower "
+               "optim.lr (asynchronous modes need a smaller one than sync: each update is one "
+               "worker's batch, and stale)");
+  };
+  if (!std::isfinite(rec.loss)) return diverged("the mean loss is " + std::to_string(rec.loss));
+  const std::uint64_t examples = m_examples + static_cast<std::uint64_t>(rec.used) *
+                                                  static_cast<std::uint64_t>(m_cfg.train.batch);
+  if (m_per_bucket) {
+    m_core.end_apply();
+    m_params.end_update();  // every bucket was applied on arrival
+  } else {
+    // Bucket by bucket in forward order: the mean, the optimiser, and the
+    // bucket's new parameters at once to the workers waiting for this
+    // version (not after the last update: those get STOP), so that their
+    // forward starts while the layers above are still being updated.
+    // Element-wise, so the same bits as one pass.
+    std::vector<int> answer;
+    if (m_buckets.size() > 1 && !would_finish(examples, m_core.version())) {
+      for (int w = 0; w < m_workers; ++w) {
+        const Pending& p = m_pending[static_cast<std::size_t>(w)];
+        if (p.waiting && !m_roster.is_lost(w) && m_core.may_answer(w, p.version)) {
+          answer.push_back(w);
+        }
+      }
+    }
+    for (auto& c : m_current) c.reset();  // parameters change: answers publish anew
+    for (std::size_t b = 0; b < m_buckets.size(); ++b) {
+      const std::size_t at = m_buckets[b].offset - m_st.slice.offset;
+      if (!m_core.average(m_mean.data(), at, m_buckets[b].count)) {
+        // The buckets before this one are applied (and on their way to
+        // the workers above, which get STOP next).
+        return diverged("the mean gradient of " + std::to_string(m_buckets[b].count) +
+                        " parameters from " + std::to_string(m_buckets[b].offset) +
+                        " is not finite");
+      }
+      m_params.apply_range(at, m_buckets[b].count, m_mean.data() + at, lr);
+      for (const int w : answer) send_params(w, static_cast<int>(b));
+    }
+    m_core.end_apply();
+    m_params.end_update();
+    for (const int w : answer) {
+      m_pending[static_cast<std::size_t>(w)].waiting = false;
+      m_flag[static_cast<std::size_t>(w)] = 0;
+      m_core.answered(w);  // the virtual clock's worker computes again from here
+    }
   }
-  m_params.apply(m_mean.data(), lr);
-  m_examples +=
-      static_cast<std::uint64_t>(rec.used) * static_cast<std::uint64_t>(m_cfg.train.batch);
+  m_examples = examples;
   rec.shard = m_self;
   rec.lr = lr;
   if (!m_core.virtual_clock()) {
@@ -344,7 +509,7 @@ void Shard::apply_one() {
     for (const auto& [version, at] : m_core.take_arrivals()) m_adaptive->on_arrival(version, at);
   }
   if (m_adaptive) adapt(rec);
-  m_current.reset();  // parameters changed: the next answer publishes anew
+  for (auto& c : m_current) c.reset();  // parameters changed: the next answer publishes anew
   m_st.steps_log->write(rec);
   if (done_training()) finish(ExitCode::kOk, "");
   if (m_st.on_update) m_st.on_update(m_core.version(), m_examples, rec.loss);
@@ -371,24 +536,53 @@ void Shard::adapt(const metrics::StepRecord& rec) {
   }
 }
 
-// The current version as a message, published once and sent to any number
-// of workers; a buffer is reused once no send from it is in flight.
-const comm::SharedMessage& Shard::publish() {
-  if (m_current) return m_current;
+// A bucket of the current version as a message, published once and sent
+// to any number of workers; a buffer is reused once no send from it is in
+// flight.
+const comm::SharedMessage& Shard::publish(int bucket) {
+  const auto b = static_cast<std::size_t>(bucket);
+  if (m_current[b]) return m_current[b];
   m_data_sends.progress();
-  auto free = std::find_if(m_snapshots.begin(), m_snapshots.end(),
+  auto& pool = m_snapshots[b];
+  const comm::BucketSpan& span = m_buckets[b];
+  auto free = std::find_if(pool.begin(), pool.end(),
                            [](const comm::SharedMessage& m) { return m.use_count() == 1; });
-  if (free == m_snapshots.end()) {
-    m_snapshots.push_back(std::make_shared<Message>(m_count));
-    free = m_snapshots.end() - 1;
+  if (free == pool.end()) {
+    pool.push_back(std::make_shared<Message>(span.count));
+    free = pool.end() - 1;
   }
   Message& msg = **free;
-  msg.header() = comm::make_header(Kind::kParams, m_self, m_self, m_core.version());
-  msg.header().count = static_cast<std::uint32_t>(m_count);
-  msg.header().vtime_s = m_core.step_start();  // the virtual clock's worker starts from it
-  std::copy_n(m_params.theta(), m_count, msg.payload());
-  m_current = *free;
-  return m_current;
+  auto& h = msg.header();
+  h = comm::make_header(Kind::kParams, m_self, m_self, m_core.bucket_version(bucket));
+  h.count = static_cast<std::uint32_t>(span.count);
+  h.flags = comm::kFlagSplit;
+  h.offset = static_cast<std::uint32_t>(span.offset);
+  h.vtime_s = m_core.step_start();  // the virtual clock's worker starts from it
+  h.bucket = static_cast<std::uint16_t>(bucket);
+  h.buckets = static_cast<std::uint16_t>(m_buckets.size());
+  std::copy_n(m_params.theta() + (span.offset - m_st.slice.offset), span.count, msg.payload());
+  m_current[b] = *free;
+  return m_current[b];
+}
+
+// One bucket of the current version to worker w; a checkpoint flag rides
+// on bucket 0 (the caller clears it once every bucket is sent).
+void Shard::send_params(int w, int bucket) {
+  const int rank = m_roles.worker_rank(w);
+  const auto wi = static_cast<std::size_t>(w);
+  // The floats follow the header apart, so that they land in place.
+  const comm::SharedMessage& msg = publish(bucket);
+  if (bucket == 0 && m_flag[wi] != 0) {
+    // This worker saves its state before computing on these parameters:
+    // its own copy of the header, flagged.
+    auto flagged = std::make_shared<Message>(0);
+    flagged->header() = msg->header();
+    flagged->header().flags |= comm::kFlagCheckpoint;
+    flagged->header().step_seq = m_flag[wi];
+    m_data_sends.send_split(std::move(flagged), msg, msg->payload(), rank, comm::kTagToWorker);
+    return;
+  }
+  m_data_sends.send_split(msg, msg, msg->payload(), rank, comm::kTagToWorker);
 }
 
 bool Shard::answer_pulls() {
@@ -412,16 +606,9 @@ bool Shard::answer_pulls() {
         m_stop = comm::make_message(0, h);
       }
       m_data_sends.send(m_stop, rank, comm::kTagToWorker);
-    } else if (m_flag[wi] != 0) {
-      // This worker saves its state before computing on these parameters:
-      // its own copy of the message, flagged.
-      auto msg = std::make_shared<Message>(*publish());
-      msg->header().flags |= comm::kFlagCheckpoint;
-      msg->header().step_seq = m_flag[wi];
-      m_flag[wi] = 0;
-      m_data_sends.send(std::move(msg), rank, comm::kTagToWorker);
     } else {
-      m_data_sends.send(publish(), rank, comm::kTagToWorker);
+      for (std::size_t b = 0; b < m_buckets.size(); ++b) send_params(w, static_cast<int>(b));
+      m_flag[wi] = 0;
     }
     p.waiting = false;
     answered = true;
@@ -585,6 +772,8 @@ void Shard::lose_worker(int w, double now) {
   const int rank = m_roles.worker_rank(w);
   m_pending[wi].waiting = false;
   m_flag[wi] = 0;
+  // A gradient it was sending will not be completed.
+  m_next_bucket[wi] = static_cast<int>(m_buckets.size()) - 1;
   m_core.retire(w);
   m_recvs.cancel(w);
   m_data_sends.cancel_to(rank);

@@ -5,6 +5,16 @@
 // mode's rule, serves the evaluator, watches every peer's heartbeat, and
 // drains every message before it returns.
 //
+// The pipelined exchange (docs/design.md §4): the slice is cut into buckets
+// of whole layers. A worker's gradient comes bucket by bucket, top layer
+// first, bucket 0 last (which also asks for parameters). In sync, timeout
+// and softsync the buckets are assembled and the whole gradient decided on
+// as without the pipeline; the update is then applied bucket by bucket in
+// forward order, and each bucket's new parameters go to the workers waiting
+// for them at once, so a worker starts its forward while the shard still
+// updates the layers above. In async and ssp each bucket is applied on
+// arrival, with its own version and staleness.
+//
 // Shard 0 also coordinates: it decides when a checkpoint is taken (every
 // run.checkpoint_every_s / _steps, at the end, and when a stop signal
 // reaches any rank), tells the other shards and the evaluator to save their
@@ -52,6 +62,9 @@ struct ShardSetup {
   const std::vector<comm::Peer>* peers = nullptr;  // every rank's host and pid
   int shard = 0;
   layout::Slice slice;
+  // The slice's buckets in forward order (offsets into the flat parameter
+  // vector), as layout::make_buckets cuts them; empty: the slice is one.
+  std::vector<layout::Slice> buckets;
   const float* initial = nullptr;  // the slice's initial parameters
   MPI_Comm data_comm = MPI_COMM_NULL;
   MPI_Comm ctrl_comm = MPI_COMM_NULL;
@@ -59,6 +72,10 @@ struct ShardSetup {
   // The rank's liveness (comm/liveness.hpp), owned by the job so that it
   // outlives the loop; null: the shard watches on its own (tests).
   comm::Watch* watch = nullptr;
+  // Every rank of this node has a core of its own: wait for messages by
+  // spinning (yielding), as MPI's own blocking calls do, rather than
+  // sleeping, which adds up to a sleep's length to every message's latency.
+  bool own_core = false;
   const RunClock* clock = nullptr;        // run-relative seconds
   metrics::StepLog* steps_log = nullptr;  // where this shard's step records go
   // Shard 0 without an evaluator rank: eval.jsonl, whose length a checkpoint records.
@@ -110,11 +127,17 @@ class Shard {
   void on_decision(int bytes);
   void send_decision(const metrics::StepRecord& rec);
   void on_worker_message(int w, int bytes, double seen);
+  void on_gradient(int w, double seen);
+  void stage(int w, const comm::MsgHeader& h, const float* data);
+  void apply_bucket(int w, const comm::MsgHeader& h, const float* data);
+  float* staging(int w);
   void on_peer_message(int slot, int bytes);
   bool apply_due();
   void apply_one();
   void adapt(const metrics::StepRecord& rec);
   bool answer_pulls();
+  void send_params(int w, int bucket);
+  bool would_finish(std::uint64_t examples, std::uint64_t version) const;
   bool serve_evaluator();
   void notify_evaluator();
   void check_liveness();
@@ -124,7 +147,7 @@ class Shard {
   void finish(ExitCode code, const std::string& detail, int reporter = -1);
   bool keep_running() const;
   void drain();
-  const comm::SharedMessage& publish();
+  const comm::SharedMessage& publish(int bucket);
   bool done_training() const;
   std::string rank_name(int rank) const;
   [[noreturn]] void protocol_error(const std::string& what) const;
@@ -148,6 +171,9 @@ class Shard {
   const bool m_has_eval;
   // Several shards agree on the N workers of each update (shard 0 decides).
   const bool m_agree;
+  std::vector<comm::BucketSpan> m_buckets;  // of the slice (offsets into the flat vector)
+  // Async and ssp with several buckets: each applied on arrival.
+  const bool m_per_bucket;
 
   ShardCore m_core;
   // train.backups = auto: the N of the next update (shard 0; every shard
@@ -164,9 +190,13 @@ class Shard {
   int m_decision_slot = -1;       // a follower's receive of shard 0's decisions
   std::vector<int> m_shard_slot;  // per shard rank (-1 for this one)
   comm::SendQueue m_data_sends, m_ctrl_sends;
-  std::vector<comm::SharedMessage> m_snapshots;  // published versions, reused once free
-  comm::SharedMessage m_current;                 // snapshot of the current version, if any
-  comm::SharedMessage m_stop;                    // STOP, built once at the end
+  // Per bucket: published versions, reused once no send holds them, and
+  // the snapshot of the current version (if published).
+  std::vector<std::vector<comm::SharedMessage>> m_snapshots;
+  std::vector<comm::SharedMessage> m_current;
+  std::vector<int> m_next_bucket;             // per worker: the bucket it must send next
+  std::vector<std::vector<float>> m_staging;  // softsync, bucketed: per worker
+  comm::SharedMessage m_stop;                 // STOP, built once at the end
   std::unique_ptr<comm::Watch> m_own_watch;
   comm::Watch* m_watch = nullptr;
 

@@ -215,7 +215,7 @@ bool ShardCore::on_deferred_grad(int worker, std::uint64_t version, const float*
     record(worker, version, false, staleness, compute_s, loss, now, seq);
     return false;
   }
-  std::copy(grad, grad + m_count, m_slots[w].begin());
+  if (grad != m_slots[w].data()) std::copy(grad, grad + m_count, m_slots[w].begin());
   m_contributed[w] = 1;
   ++m_used;
   m_loss_sum += loss;
@@ -232,6 +232,33 @@ std::vector<int> ShardCore::choose_deferred() const {
 }
 
 void ShardCore::lead() { m_leader = true; }
+
+float* ShardCore::slot(int worker) {
+  return m_versioned ? m_slots[static_cast<std::size_t>(worker)].data() : nullptr;
+}
+
+void ShardCore::use_buckets(int buckets) {
+  if (m_mode != Mode::kAsync && m_mode != Mode::kSsp) {
+    throw InternalError("per-bucket apply in train.mode = \"" +
+                        std::string(config::mode_name(m_mode)) + "\"");
+  }
+  if (buckets < 2) return;
+  m_bucket_version.assign(static_cast<std::size_t>(buckets - 1), m_version);
+  m_layer_staleness.assign(static_cast<std::size_t>(m_workers),
+                           std::vector<std::int64_t>(static_cast<std::size_t>(buckets), 0));
+}
+
+std::int64_t ShardCore::on_bucket(int worker, int bucket, std::uint64_t version) {
+  if (bucket < 0 || bucket >= buckets() || m_bucket_version.empty()) {
+    throw InternalError("shard core: bucket " + std::to_string(bucket) + " of " +
+                        std::to_string(buckets()) + " outside the bucketed async mode");
+  }
+  const std::uint64_t now = bucket_version(bucket);
+  const auto staleness = static_cast<std::int64_t>(now) - static_cast<std::int64_t>(version);
+  m_layer_staleness[static_cast<std::size_t>(worker)][static_cast<std::size_t>(bucket)] = staleness;
+  if (bucket > 0) ++m_bucket_version[static_cast<std::size_t>(bucket - 1)];
+  return staleness;
+}
 
 bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, float loss,
                         double compute_s, double now, std::uint64_t seq, double vtime,
@@ -262,7 +289,7 @@ bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, fl
     const bool accept = fresh && !m_contributed[w];
     record(worker, version, accept, staleness, compute_s, loss, now, seq);
     if (!accept) return false;
-    std::copy(grad, grad + m_count, m_slots[w].begin());
+    if (grad != m_slots[w].data()) std::copy(grad, grad + m_count, m_slots[w].begin());
     m_contributed[w] = 1;
     if (m_used == 0) m_first_accept = now;
     ++m_used;
@@ -271,6 +298,17 @@ bool ShardCore::on_grad(int worker, std::uint64_t version, const float* grad, fl
   }
   // async, ssp, softsync: every gradient counts, whatever its version.
   record(worker, version, true, staleness, compute_s, loss, now, seq);
+  if (grad == nullptr) {
+    // Bucketed: applied bucket by bucket by the loop; the record keeps each
+    // bucket's staleness.
+    if (m_bucket_version.empty()) {
+      throw InternalError("shard core: a gradient without data outside the bucketed async mode");
+    }
+    m_current.grads.back().layer_staleness = m_layer_staleness[w];
+    ++m_used;
+    m_loss_sum += loss;
+    return true;
+  }
   for (std::size_t i = 0; i < m_count; ++i) m_sum[i] += grad[i];
   ++m_used;
   m_loss_sum += loss;
@@ -321,7 +359,20 @@ double ShardCore::time_to_deadline(double now) const {
 }
 
 StepRecord ShardCore::apply(float* mean, double now) {
+  StepRecord out = begin_apply(now);
+  if (mean != nullptr) {
+    m_mean_finite = average(mean, 0, m_count);
+  } else {
+    if (m_bucket_version.empty()) throw InternalError("shard apply() without a mean");
+    m_mean_finite = true;  // the loop checked each bucket before applying it
+  }
+  end_apply();
+  return out;
+}
+
+StepRecord ShardCore::begin_apply(double now) {
   if (m_used == 0) throw InternalError("shard apply() with no gradient");
+  if (m_averaging > 0) throw InternalError("shard begin_apply() before end_apply()");
   if (deferred()) {
     // Only the chosen ones count: the others were computed, but late.
     const std::vector<int> chosen = choose_deferred();
@@ -349,38 +400,6 @@ StepRecord ShardCore::apply(float* mean, double now) {
     m_decided.erase(m_decided.begin(), m_decided.upper_bound(m_version));
   }
   if (m_virtual) now = m_cutoff + m_apply_s;
-  const float inv = 1.0f / static_cast<float>(m_used);
-  if (m_versioned) {
-    // Sum in worker order: the same N gradients give the same bits whatever
-    // order they arrived in.
-    bool first = true;
-    for (std::size_t w = 0; w < m_slots.size(); ++w) {
-      if (!m_contributed[w]) continue;
-      const float* g = m_slots[w].data();
-      if (first) {
-        std::copy(g, g + m_count, mean);
-        first = false;
-      } else {
-        for (std::size_t i = 0; i < m_count; ++i) mean[i] += g[i];
-      }
-    }
-    // The divergence check rides on the last pass over the mean.
-    std::uint32_t bad = 0;
-    for (std::size_t i = 0; i < m_count; ++i) {
-      mean[i] *= inv;
-      bad |= nonfinite_bit(mean[i]);
-    }
-    m_mean_finite = bad == 0;
-    std::fill(m_contributed.begin(), m_contributed.end(), 0);
-  } else {
-    std::uint32_t bad = 0;
-    for (std::size_t i = 0; i < m_count; ++i) {
-      mean[i] = m_sum[i] * inv;
-      bad |= nonfinite_bit(mean[i]);
-      m_sum[i] = 0.0f;
-    }
-    m_mean_finite = bad == 0;
-  }
   StepRecord out = std::move(m_current);
   out.step = m_version + 1;
   out.version = m_version;
@@ -389,6 +408,7 @@ StepRecord ShardCore::apply(float* mean, double now) {
   out.used = m_used;
   out.loss = static_cast<float>(m_loss_sum / m_used);
   ++m_version;
+  m_averaging = m_used;
   m_used = 0;
   m_loss_sum = 0.0;
   m_first_accept = -1.0;
@@ -406,6 +426,47 @@ StepRecord ShardCore::apply(float* mean, double now) {
     }
   }
   return out;
+}
+
+bool ShardCore::average(float* mean, std::size_t offset, std::size_t count) {
+  if (m_averaging == 0) throw InternalError("shard average() outside begin_apply/end_apply");
+  if (offset + count > m_count) throw InternalError("shard average() outside the slice");
+  const float inv = 1.0f / static_cast<float>(m_averaging);
+  mean += offset;
+  std::uint32_t bad = 0;
+  if (m_versioned) {
+    // Sum in worker order: the same N gradients give the same bits whatever
+    // order they arrived in (and in whatever ranges they are averaged).
+    bool first = true;
+    for (std::size_t w = 0; w < m_slots.size(); ++w) {
+      if (!m_contributed[w]) continue;
+      const float* g = m_slots[w].data() + offset;
+      if (first) {
+        std::copy(g, g + count, mean);
+        first = false;
+      } else {
+        for (std::size_t i = 0; i < count; ++i) mean[i] += g[i];
+      }
+    }
+    // The divergence check rides on the last pass over the mean.
+    for (std::size_t i = 0; i < count; ++i) {
+      mean[i] *= inv;
+      bad |= nonfinite_bit(mean[i]);
+    }
+  } else {
+    float* sum = m_sum.data() + offset;
+    for (std::size_t i = 0; i < count; ++i) {
+      mean[i] = sum[i] * inv;
+      bad |= nonfinite_bit(mean[i]);
+      sum[i] = 0.0f;
+    }
+  }
+  return bad == 0;
+}
+
+void ShardCore::end_apply() {
+  if (m_versioned) std::fill(m_contributed.begin(), m_contributed.end(), 0);
+  m_averaging = 0;
 }
 
 void ShardCore::on_push(int worker) { ++m_clock[static_cast<std::size_t>(worker)]; }
@@ -438,6 +499,7 @@ bool ShardCore::may_answer(int worker, std::uint64_t wanted) const {
 checkpoint::State ShardCore::state() const {
   checkpoint::State s;
   s.put("version", m_version);
+  if (!m_bucket_version.empty()) s.put("bucket_versions", m_bucket_version);
   s.put("drops", m_drops);
   s.put("clocks", m_clock);
   return s;
@@ -455,6 +517,19 @@ void ShardCore::restore(const checkpoint::State& s) {
   m_version = s.get<std::uint64_t>("version");
   m_drops = drops;
   m_clock = clocks;
+  if (!m_bucket_version.empty()) {
+    // A checkpoint without bucket versions (saved without the pipeline):
+    // every bucket at the shard's version.
+    std::vector<std::uint64_t> v(m_bucket_version.size(), m_version);
+    if (s.has("bucket_versions")) v = s.get<std::vector<std::uint64_t>>("bucket_versions");
+    if (v.size() != m_bucket_version.size()) {
+      throw ConfigError(s.field_error("bucket_versions",
+                                      std::to_string(v.size() + 1) + " buckets; this run has " +
+                                          std::to_string(m_bucket_version.size() + 1) +
+                                          ": resume with the same exchange.bucket_bytes"));
+    }
+    m_bucket_version = std::move(v);
+  }
   // The virtual time line starts again at the resumed version: every worker
   // computes on it from the same instant (stragglers in flight at the
   // checkpoint are not carried over).

@@ -34,6 +34,17 @@
 // Decisions, means and records are a pure function of the seeds: bitwise
 // repeatable for any b, whatever the machine does.
 //
+// The pipelined exchange (docs/design.md §4) hands a gradient over in
+// buckets. In sync, timeout and softsync the shard loop assembles them in
+// slot(worker) and hands over the whole gradient when its last bucket is in
+// (one decision per gradient, as without the pipeline). In async and ssp
+// every bucket is applied on arrival by the loop (the paper's per-layer
+// apply); on_bucket() keeps each bucket's own version and measures its
+// staleness, and the last bucket (bucket 0, the slice's first layers)
+// completes the gradient: on_grad(..., nullptr, ...) records it with every
+// bucket's staleness and apply(nullptr, ...) counts it. The shard's version
+// is then bucket 0's.
+//
 // Answering a pull (a worker asking for parameters newer than `v`):
 //   sync/timeout: once the shard's version t > v (one gradient per worker
 //             per step; a late worker is answered at once);
@@ -75,6 +86,27 @@ class ShardCore {
                double now, std::uint64_t seq = 0, double vtime = 0.0,
                std::uint64_t oldest = kEveryShard);
   static constexpr std::uint64_t kEveryShard = ~std::uint64_t{0};
+  // Where the loop may assemble `worker`'s gradient before on_grad(), which
+  // then copies nothing (sync, timeout: the worker's own slot); nullptr in
+  // the other modes.
+  float* slot(int worker);
+
+  // Async and ssp, bucketed: the slice is `buckets` buckets, each applied on
+  // arrival (see above).
+  void use_buckets(int buckets);
+  int buckets() const { return static_cast<int>(m_bucket_version.size()) + 1; }
+  // Bucket `bucket` of `worker`'s gradient, computed on that bucket's
+  // `version` (as the worker read it), is being applied now: its
+  // staleness, counted into the gradient's record. Buckets > 0 advance
+  // their own version here; bucket 0's is the shard's, advanced by apply().
+  std::int64_t on_bucket(int worker, int bucket, std::uint64_t version);
+  // The version bucket `bucket` holds (the one a PARAMS of it carries):
+  // the shard's, except for buckets > 0 applied on arrival.
+  std::uint64_t bucket_version(int bucket) const {
+    return bucket == 0 || m_bucket_version.empty()
+               ? m_version
+               : m_bucket_version[static_cast<std::size_t>(bucket - 1)];
+  }
   // Several shards agree and this one decides (shard 0).
   void lead();
 
@@ -107,8 +139,18 @@ class ShardCore {
   // Writes the mean of the accepted gradients into `mean` [count], advances
   // the version, and returns the finished step record (t_apply = now, or the
   // virtual time; lr is filled in by the caller; used = gradients averaged).
-  // Requires ready().
+  // Requires ready(). mean = nullptr (async bucketed: the loop applied
+  // every bucket itself) only records and counts the update.
   StepRecord apply(float* mean, double now);
+  // apply() in pieces, for a loop that applies its slice bucket by bucket:
+  // begin_apply() closes the step (the record; the version advances),
+  // average() writes the mean of mean[offset, offset + count) and returns
+  // whether it is all finite, end_apply() comes after the last range (and
+  // every range of a softsync sum must be averaged once). No other call in
+  // between. The same bits as apply().
+  StepRecord begin_apply(double now);
+  bool average(float* mean, std::size_t offset, std::size_t count);
+  void end_apply();
   // Whether the mean the last apply() wrote is all finite (checked in the
   // same pass, so divergence detection costs no extra read of the vector).
   bool mean_finite() const { return m_mean_finite; }
@@ -179,6 +221,7 @@ class ShardCore {
   std::vector<char> m_contributed;          // sync/timeout: worker already in this step
   std::vector<float> m_sum;                 // async/softsync: running sum
   int m_used = 0;
+  int m_averaging = 0;  // between begin_apply() and end_apply(): the gradients averaged
   double m_loss_sum = 0.0;
   std::vector<std::int64_t> m_drops;
   std::vector<std::int64_t> m_clock;  // gradients pushed, per worker (ssp)
@@ -211,6 +254,10 @@ class ShardCore {
   bool m_leader = false;
   std::map<std::uint64_t, std::vector<int>> m_decided;  // follower: version -> workers
   StepRecord m_current;
+  // Async bucketed: versions of buckets 1.. (bucket 0's is m_version), and
+  // per worker the staleness of each bucket of its gradient so far.
+  std::vector<std::uint64_t> m_bucket_version;
+  std::vector<std::vector<std::int64_t>> m_layer_staleness;
 };
 
 }  // namespace syncopt::ps

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "layout/placement.hpp"
 #include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
@@ -77,9 +78,13 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
   if (cfg.sim.param_count == 0 && layers.size() >= static_cast<std::size_t>(roles.shards) &&
       !layers.empty()) {
     // Whole layers per shard, as the pipelined exchange places them.
-    std::vector<std::size_t> counts;
-    for (const auto& l : layers) counts.push_back(l.count);
-    for (const auto& slice : layout::balanced_slices(counts, roles.shards)) {
+    std::vector<layout::Group> groups;
+    std::size_t offset = 0;
+    for (const auto& l : layers) {
+      groups.push_back({"layer " + std::to_string(groups.size()), offset, l.count});
+      offset += l.count;
+    }
+    for (const auto& slice : layout::balanced_slices(groups, roles.shards)) {
       st.slice_counts.push_back(slice.count);
     }
     st.layers = layers;

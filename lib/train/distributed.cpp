@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
@@ -29,6 +30,7 @@
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "data/dataset.hpp"
+#include "layout/placement.hpp"
 #include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
@@ -74,7 +76,10 @@ struct Job {
   nn::ModelSpec spec;
   nn::ParamLayout param_layout;
   std::vector<float> init;
+  std::vector<layout::Group> groups;  // the model's layers with parameters, forward order
   std::vector<layout::Slice> slices;
+  // Per shard: the buckets of the exchange (one without exchange.pipeline).
+  std::vector<std::vector<layout::Slice>> buckets;
   layout::Plan plan;
   std::unique_ptr<nn::Backend> backend;
   std::unique_ptr<nn::Network> net;
@@ -85,6 +90,9 @@ struct Job {
   std::optional<checkpoint::Checkpoint> resumed;  // this rank's part (and shard 0's)
   RunClock clock;
   std::unique_ptr<comm::Watch> watch;  // from the roles' start to the end
+  // Every rank of this node has a core of its own (ranks x compute.threads
+  // <= hardware threads): the exchange's waits spin instead of sleeping.
+  bool own_core = false;
 
   bool ps_mode() const { return roles.shards > 0; }
   MPI_Comm ctrl() const { return ctrl_comm.get(); }
@@ -149,13 +157,31 @@ void load_inputs(Job& job) {
   job.param_layout = nn::param_layout(job.spec);
   job.init.resize(job.param_layout.count);
   nn::init_params(job.spec, job.param_layout, job.init.data(), cfg.run.seed);
-  if (job.ps_mode()) job.slices = layout::shard_slices(job.param_layout.count, job.roles.shards);
+  if (job.ps_mode()) {
+    // Whole layers per shard, balanced by bytes (docs/design.md §2), and the
+    // buckets of the exchange (§4); a model with fewer layers than shards is
+    // a config error of every rank.
+    comm::agree(job.ctrl(), [&] {
+      job.groups = layout_groups(job.spec);
+      job.slices = layout::balanced_slices(job.groups, job.roles.shards);
+      for (const auto& slice : job.slices) {
+        job.buckets.push_back(layout::make_buckets(
+            job.groups, slice, cfg.exchange.pipeline ? cfg.exchange.bucket_bytes : 0));
+      }
+    });
+  }
   job.plan = layout::make_plan(cfg, job.roles, job.data.train.count);
 }
 
 // 2. Workers need a training network, the eval writer a test one.
 void build_compute(Job& job) {
   const int local_rank = comm::node_local_rank(job.ctrl());  // picks the GPU
+  {
+    const comm::Communicator node(job.ctrl(), comm::Communicator::kNodeLocal);
+    const auto threads = static_cast<long>(std::max<std::int64_t>(1, job.cfg.compute.threads));
+    const auto cores = static_cast<long>(std::thread::hardware_concurrency());
+    job.own_core = cores > 0 && node.size() * threads <= cores;
+  }
   comm::agree(job.ctrl(), [&] {
     if (job.role != Role::kWorker && job.rank != job.eval_writer) return;
     job.backend = job.compute.make_backend(local_rank);
@@ -238,6 +264,11 @@ void open_outputs(Job& job) {
                         : metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
       board = metrics::open_run_board(cfg.run, job.run_dir, "steps", job.clock);
       if (board) board->describe_run(cfg, describe_invocation(job.inv));
+      if (board && !job.buckets.empty()) {
+        std::vector<std::string> layers;
+        for (const auto& b : job.buckets[0]) layers.push_back(layout::group_span(job.groups, b));
+        board->set_bucket_layers(std::move(layers));
+      }
       job.steps->set_board(board);
     }
     if (job.rank == job.eval_writer) {
@@ -317,12 +348,14 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   st.peers = &job.peers;
   st.shard = job.rank;
   st.slice = job.slices[static_cast<std::size_t>(job.rank)];
+  st.buckets = job.buckets[static_cast<std::size_t>(job.rank)];
   st.initial = job.init.data() + st.slice.offset;
   st.data_comm = job.data_comm.get();
   st.ctrl_comm = job.ctrl();
   st.live_comm = job.live_comm.get();
   st.watch = job.watch.get();
   st.clock = &job.clock;
+  st.own_core = job.own_core;
   st.steps_log = job.steps.get();
   st.eval_file = job.rank == 0 && job.roles.evaluator_rank < 0 ? job.eval_file.get() : nullptr;
   st.run_dir = job.run_dir;
@@ -370,6 +403,9 @@ RoleOutcome run_worker_role(Job& job) {
   ws.peers = &job.peers;
   ws.worker = job.roles.worker_of(job.rank);
   ws.slices = job.slices;
+  ws.buckets = job.buckets;
+  ws.pipeline = job.cfg.exchange.pipeline;
+  ws.own_core = job.own_core;
   ws.param_count = job.param_layout.count;
   ws.net = job.net.get();
   ws.train = &job.data.train;
@@ -746,6 +782,10 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   info.test_acc = fe.theta.accuracy;
   info.test_loss_ema = fe.ema.loss;
   info.test_acc_ema = fe.ema.accuracy;
+  for (const auto& shard : job.buckets) {
+    auto& names = info.bucket_layers.emplace_back();
+    for (const auto& b : shard) names.push_back(layout::group_span(job.groups, b));
+  }
   Outcome outcome = out.outcome;
   if (outcome.reported_by.is_null()) outcome.reported_by = rank_json(job.peers, job.roles, 0);
   nlohmann::json extra = outcome.to_json();

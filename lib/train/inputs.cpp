@@ -1,6 +1,8 @@
 // Config -> data and model options (see inputs.hpp).
 #include "train/inputs.hpp"
 
+#include "nn/graph.hpp"
+
 namespace syncopt::train {
 
 nn::ModelSpec model_spec(const config::Config& cfg, const data::Dataset& train) {
@@ -27,6 +29,12 @@ nn::ModelSpec expected_model_spec(const config::Config& cfg) {
     spec.height = spec.width = 32;
   }
   return spec;
+}
+
+std::vector<layout::Group> layout_groups(const nn::ModelSpec& spec) {
+  std::vector<layout::Group> out;
+  for (const auto& g : nn::model_graph(spec).groups) out.push_back({g.name, g.offset, g.count});
+  return out;
 }
 
 data::LoadOptions load_options(const config::Config& cfg) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <thread>
+#include <utility>
 
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/parts.hpp"
@@ -25,7 +27,23 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Waiting for a bucket inside a step is on the step's critical path: sleep
+// at most this long between polls there.
+constexpr double kStepPollS = 50e-6;
+
 }  // namespace
+
+class Worker::Hooks final : public nn::StepHooks {
+ public:
+  Hooks(Worker& w, std::size_t count) : StepHooks(count), m_w(w) {}
+  void need_params(std::size_t offset, std::size_t count) override {
+    m_w.need_params(offset, count);
+  }
+  void grads_ready(std::size_t offset, float loss) override { m_w.grads_ready(offset, loss); }
+
+ private:
+  Worker& m_w;
+};
 
 Worker::Worker(const WorkerSetup& st)
     : m_st(st),
@@ -35,19 +53,31 @@ Worker::Worker(const WorkerSetup& st)
       m_loader(*st.train, m_batch, st.cfg->run.seed, st.worker, st.roles->workers,
                st.cfg->data.augment,
                {st.cfg->data.augment_max_rotate_deg, st.cfg->data.augment_max_zoom}),
-      m_params(st.param_count),
-      m_grad(st.param_count),
+      m_params(std::make_shared<std::vector<float>>(st.param_count)),
+      m_grad(std::make_shared<std::vector<float>>(st.param_count)),
       m_version(static_cast<std::size_t>(m_shards), 0),
       m_stopped(static_cast<std::size_t>(m_shards), 0),
+      m_received(static_cast<std::size_t>(m_shards), 0),
       m_sends(st.data_comm),
       m_virtual(st.cfg->train.clock == config::Clock::kVirtual) {
   std::vector<int> shards;
   for (int s = 0; s < m_shards; ++s) {
-    const auto count = st.slices[static_cast<std::size_t>(s)].count;
-    m_replies.add(s, comm::kTagToWorker, st.data_comm, count);
-    for (auto& box : m_outbox) box.push_back(std::make_shared<Message>(count));
+    const auto si = static_cast<std::size_t>(s);
+    const std::vector<layout::Slice> own{st.slices[si]};
+    const auto& cut = si < st.buckets.size() && !st.buckets[si].empty() ? st.buckets[si] : own;
+    m_first.push_back(m_buckets.size());
+    for (std::size_t i = 0; i < cut.size(); ++i) {
+      m_buckets.push_back({s, static_cast<int>(i), cut[i].offset, cut[i].count, 0});
+    }
+    // Parameters are received in place (post_bucket); the slot's own
+    // buffer holds the header.
+    m_replies.add(s, comm::kTagToWorker, st.data_comm, 0);
     shards.push_back(s);
   }
+  for (std::size_t g = 0; g < m_buckets.size(); ++g)
+    m_outbox.push_back(std::make_shared<Message>(0));
+  m_sent.assign(m_buckets.size(), 0);
+  m_vstart.assign(static_cast<std::size_t>(m_shards), 0.0);
   if (st.watch != nullptr) {
     m_watch = st.watch;
   } else {
@@ -78,82 +108,216 @@ void Worker::send_small(Kind kind, int shard, std::uint64_t seq) {
   m_sends.send(comm::make_message(0, h), shard, comm::kTagToShard);
 }
 
+// The receive of shard s's next message: a bucket's header (this answer's
+// first when none came yet), whose payload then comes straight into its
+// place in the parameters (take()).
+void Worker::post_bucket(int s) { m_replies.post(s); }
+
 // The first pull: any version will do.
 void Worker::pull_any() {
-  for (int s = 0; s < m_shards; ++s) m_replies.post(s);
+  for (int s = 0; s < m_shards; ++s) post_bucket(s);
   for (int s = 0; s < m_shards; ++s) send_small(Kind::kPull, s, 0);
 }
 
-// One answer from every shard: new parameters or STOP. Returns false when
-// every shard has said STOP. A shard silent past cluster.dead_after_s ends
-// this worker (exit 69).
+// While waiting for a shard: a shard silent past cluster.dead_after_s ends
+// this worker (exit 69); a stop signal here is told to shard 0, which
+// decides the step to stop at.
+void Worker::watch(double now) {
+  for (const int dead : m_watch->poll(now)) {
+    m_sends.cancel_to(dead);  // what it will never take (kept, not waited for)
+    throw UnavailableError("worker " + std::to_string(m_st.worker) + ": shard " +
+                           std::to_string(dead) + " (" + comm::describe_rank(*m_st.peers, dead) +
+                           ") has been silent for " +
+                           std::to_string(static_cast<int>(now - m_watch->last_heard(dead))) +
+                           "s: the run cannot go on without it");
+  }
+  for (const auto& n : m_watch->notices()) {
+    if (n.kind != Kind::kEnding) continue;
+    throw EndedByPeerError(
+        static_cast<ExitCode>(n.code),
+        "ends with exit " + std::to_string(n.code) + ": shard " + std::to_string(n.from) + " (" +
+            comm::describe_rank(*m_st.peers, n.from) + ") ended the run; see its message");
+  }
+  if (const int sig = stop_signal(); sig != 0 && !m_stop_requested) {
+    m_stop_requested = true;  // shard 0 decides the step; this worker only tells it
+    send_small(Kind::kStopRequest, 0, static_cast<std::uint64_t>(sig));
+  }
+}
+
+// One message from shard s: its next bucket of parameters (a shard sends
+// them in forward order), or STOP as the first message of an answer.
+void Worker::take(int s, int bytes) {
+  const auto si = static_cast<std::size_t>(s);
+  const auto& m = m_replies.message(s);
+  const std::size_t first = m_first[si];
+  const std::size_t end = si + 1 < m_first.size() ? m_first[si + 1] : m_buckets.size();
+  const auto& h = m.header();
+  if (m_replies.raw(s)) {
+    // The payload of the bucket whose header came last, now in place.
+    if (bytes != static_cast<int>(h.count * sizeof(float))) {
+      throw InternalError("worker " + std::to_string(m_st.worker) + " (rank " +
+                          std::to_string(m_rank) + "): parameter bucket " +
+                          std::to_string(h.bucket) + " from shard " + std::to_string(s) + " has " +
+                          std::to_string(bytes) + " bytes, its header says " +
+                          std::to_string(h.count * sizeof(float)));
+    }
+    m_buckets[first + h.bucket].version = h.param_version;
+    if (h.bucket == 0) m_version[si] = h.param_version;
+    if (++m_received[si] < static_cast<int>(end - first)) post_bucket(s);
+    return;
+  }
+  std::vector<comm::BucketSpan> spans;
+  for (std::size_t g = first; g < end; ++g) {
+    spans.push_back({m_buckets[g].offset, m_buckets[g].count});
+  }
+  // STOP comes first, or after some buckets of an update that diverged
+  // halfway through its slice.
+  std::string err = comm::check_header(h, {static_cast<std::uint32_t>(s),
+                                           {Kind::kParams, Kind::kStop},
+                                           static_cast<std::uint32_t>(s),
+                                           m_st.slices[si].count,
+                                           bytes,
+                                           &spans});
+  if (err.empty() && static_cast<Kind>(h.kind) == Kind::kParams) {
+    if ((h.flags & comm::kFlagSplit) == 0) {
+      err = "PARAMS from shard " + std::to_string(s) + " with its payload inline, not apart";
+    } else if (h.bucket != m_received[si]) {
+      err = "parameter bucket " + std::to_string(h.bucket) + " from shard " + std::to_string(s) +
+            ", expected bucket " + std::to_string(m_received[si]) +
+            " (a shard sends them in forward order)";
+    }
+  }
+  if (!err.empty()) {
+    throw InternalError("worker " + std::to_string(m_st.worker) + " (rank " +
+                        std::to_string(m_rank) + ") rejected a " + err);
+  }
+  // (Kept until the step starts: an answer may begin to arrive while the
+  // gradient is still going out.)
+  if ((h.flags & comm::kFlagCheckpoint) != 0) m_checkpoint_step = h.step_seq;
+  if (static_cast<Kind>(h.kind) == Kind::kStop) {
+    m_stopped[si] = 1;
+    if (s == 0) m_result.code = static_cast<ExitCode>(h.code);
+    if ((h.flags & comm::kFlagPeerLost) != 0) m_result.peer_lost = true;
+    // Nothing more comes this step: what is missing stays as it was.
+    m_received[si] = static_cast<int>(end - first);
+    return;
+  }
+  // The header is valid: its floats go straight into the parameters.
+  m_vstart[si] = std::max(m_vstart[si], h.vtime_s);
+  const Bucket& b = m_buckets[first + h.bucket];
+  m_replies.post_payload(s, m_params, m_params->data() + b.offset, b.count);
+}
+
+// The first message of every shard's answer: new parameters or STOP.
+// Returns false when every shard has said STOP.
 bool Worker::receive_params() {
   const auto t_wait = Clock::now();
-  int outstanding = m_shards;
-  m_vstart_s = 0.0;
-  std::optional<std::uint64_t> checkpoint_step;
-  while (outstanding > 0) {
+  // (m_received was reset when each answer's receive was posted; an answer
+  // may have begun to arrive while the gradient went out.)
+  std::fill(m_sent.begin(), m_sent.end(), 0);
+  while (std::any_of(m_received.begin(), m_received.end(), [](int r) { return r == 0; })) {
     const auto done = m_replies.test();
     const double now = m_st.clock->now();
-    for (const int dead : m_watch->poll(now)) {
-      m_sends.cancel_to(dead);  // what it will never take (kept, not waited for)
-      throw UnavailableError("worker " + std::to_string(m_st.worker) + ": shard " +
-                             std::to_string(dead) + " (" + comm::describe_rank(*m_st.peers, dead) +
-                             ") has been silent for " +
-                             std::to_string(static_cast<int>(now - m_watch->last_heard(dead))) +
-                             "s: the run cannot go on without it");
-    }
-    for (const auto& n : m_watch->notices()) {
-      if (n.kind != Kind::kEnding) continue;
-      throw EndedByPeerError(
-          static_cast<ExitCode>(n.code),
-          "ends with exit " + std::to_string(n.code) + ": shard " + std::to_string(n.from) + " (" +
-              comm::describe_rank(*m_st.peers, n.from) + ") ended the run; see its message");
-    }
-    if (const int sig = stop_signal(); sig != 0 && !m_stop_requested) {
-      m_stop_requested = true;  // shard 0 decides the step; this worker only tells it
-      send_small(Kind::kStopRequest, 0, static_cast<std::uint64_t>(sig));
-    }
+    watch(now);
     if (done.empty()) {
       m_sends.progress();
-      m_backoff.idle(m_watch->time_to_next_deadline(now));
+      idle(now);
       continue;
     }
     m_backoff.busy();
     for (const auto& d : done) {
-      const int s = d.slot;
-      const auto& m = m_replies.message(s);
-      const auto& slice = m_st.slices[static_cast<std::size_t>(s)];
-      m_watch->heard(s, now);
-      const std::string err = comm::check_header(m.header(), {static_cast<std::uint32_t>(s),
-                                                              {Kind::kParams, Kind::kStop},
-                                                              static_cast<std::uint32_t>(s),
-                                                              slice.count,
-                                                              d.bytes});
-      if (!err.empty()) {
-        throw InternalError("worker " + std::to_string(m_st.worker) + " (rank " +
-                            std::to_string(m_rank) + ") rejected a " + err);
-      }
-      const auto& h = m.header();
-      if ((h.flags & comm::kFlagCheckpoint) != 0) checkpoint_step = h.step_seq;
-      if (static_cast<Kind>(h.kind) == Kind::kStop) {
-        m_stopped[static_cast<std::size_t>(s)] = 1;
-        if (s == 0) m_result.code = static_cast<ExitCode>(h.code);
-        if ((h.flags & comm::kFlagPeerLost) != 0) m_result.peer_lost = true;
-      } else {
-        std::copy_n(m.payload(), slice.count,
-                    m_params.begin() + static_cast<std::ptrdiff_t>(slice.offset));
-        m_version[static_cast<std::size_t>(s)] = h.param_version;
-        m_vstart_s = std::max(m_vstart_s, h.vtime_s);
-      }
-      --outstanding;
+      m_watch->heard(d.slot, now);
+      take(d.slot, d.bytes);
     }
   }
   m_result.wait_s += since(t_wait);
+  const auto checkpoint_step = std::exchange(m_checkpoint_step, std::nullopt);
   if (checkpoint_step && checkpoint_step != m_saved) save_part(*checkpoint_step);
   const bool more = !std::all_of(m_stopped.begin(), m_stopped.end(), [](char c) { return c != 0; });
   if (more) snapshot();
   return more;
+}
+
+// Until bucket g (of m_buckets) of this step's parameters is in m_params.
+void Worker::await_bucket(std::size_t g) {
+  const Bucket& b = m_buckets[g];
+  const auto si = static_cast<std::size_t>(b.shard);
+  if (m_received[si] > b.index) return;
+  const auto t_wait = Clock::now();
+  while (m_received[si] <= b.index) {
+    const auto done = m_replies.test();
+    const double now = m_st.clock->now();
+    watch(now);
+    if (done.empty()) {
+      m_sends.progress();
+      idle(now);
+      continue;
+    }
+    m_backoff.busy();
+    for (const auto& d : done) {
+      m_watch->heard(d.slot, now);
+      take(d.slot, d.bytes);
+    }
+  }
+  m_result.wait_s += since(t_wait);
+}
+
+// Before a layer's forward: its parameters, params[offset, offset + count).
+void Worker::need_params(std::size_t offset, std::size_t count) {
+  // The first bucket that ends after `offset`, then every one that starts
+  // before the range ends.
+  auto it = std::upper_bound(m_buckets.begin(), m_buckets.end(), offset,
+                             [](std::size_t o, const Bucket& b) { return o < b.offset + b.count; });
+  for (; it != m_buckets.end() && it->offset < offset + count; ++it) {
+    await_bucket(static_cast<std::size_t>(it - m_buckets.begin()));
+  }
+  m_sends.progress();
+}
+
+// Backward has finished grad[offset, end): every bucket inside it goes now,
+// top first, except each shard's bucket 0, which push_gradient() sends.
+void Worker::grads_ready(std::size_t offset, float loss) {
+  m_loss = loss;
+  for (std::size_t g = m_buckets.size(); g-- > 0;) {
+    const Bucket& b = m_buckets[g];
+    if (b.offset < offset) break;
+    if (!m_sent[g] && b.index != 0) send_bucket(g);
+  }
+  m_sends.progress();
+}
+
+void Worker::send_bucket(std::size_t g) {
+  const Bucket& b = m_buckets[g];
+  const auto si = static_cast<std::size_t>(b.shard);
+  auto& slot = m_outbox[g];
+  if (slot.use_count() > 1) throw InternalError("worker: a gradient header still in flight");
+  const std::size_t end = si + 1 < m_first.size() ? m_first[si + 1] : m_buckets.size();
+  Message& m = *slot;
+  auto& h = m.header();
+  h = comm::make_header(Kind::kGrad, m_rank, b.shard, b.version);
+  h.step_seq = m_step;
+  h.count = static_cast<std::uint32_t>(b.count);
+  h.offset = static_cast<std::uint32_t>(b.offset);
+  h.bucket = static_cast<std::uint16_t>(b.index);
+  h.buckets = static_cast<std::uint16_t>(end - m_first[si]);
+  h.loss = m_loss;
+  // Pure compute, without injected delay: all of it for bucket 0, which
+  // goes last; so far for the others (virtual clock: the modelled time).
+  h.compute_s = b.index == 0 || m_virtual ? m_compute_s : since(m_compute_start);
+  h.vtime_s = m_vtime_s;
+  h.examples = *std::min_element(m_version.begin(), m_version.end());
+  h.flags = comm::kFlagSplit;
+  if (b.index == 0) {
+    // This completes the gradient at the shard and asks for parameters:
+    // the receive for the answer is posted first (every bucket of this
+    // step's parameters is in: the forward needed them all).
+    await_bucket(end - 1);
+    m_received[si] = 0;
+    m_vstart[si] = 0.0;
+    post_bucket(b.shard);
+  }
+  m_sends.send_split(slot, m_grad, m_grad->data() + b.offset, b.shard, comm::kTagToShard);
+  m_sent[g] = 1;
 }
 
 // Where this worker is before computing on the parameters just received,
@@ -184,21 +348,30 @@ void Worker::save_part(std::uint64_t step) {
 
 void Worker::compute() {
   m_loader.next();
-  const auto t_compute = Clock::now();
-  m_loss = m_st.net->train_step(m_params.data(), m_loader.images(), m_loader.labels(), m_batch,
-                                m_grad.data());
-  m_compute_s = since(t_compute);
-  m_result.compute_s += m_compute_s;
   if (m_virtual) {
-    // Modelled, not measured, and not slept: the finish time decides. The
-    // computation starts when this worker was answered: when its version
-    // started, or, for a late gradient's answer, when that gradient was
-    // done (a straggler stays busy; docs/design.md §10).
+    // Modelled, not measured, and not slept: the finish time decides. Known
+    // before the compute, so every bucket carries it. The computation starts
+    // when this worker was answered: when its version started, or, for a
+    // late gradient's answer, when that gradient was done (a straggler
+    // stays busy; docs/design.md §10).
     m_compute_s = modelled_compute_s(m_st.cfg->sim, m_st.worker, m_step);
-    m_vtime_s = std::max(m_vtime_s, m_vstart_s) + m_compute_s +
-                m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
-    return;
+    const double start = std::max(m_vtime_s, *std::max_element(m_vstart.begin(), m_vstart.end()));
+    m_vtime_s = start + m_compute_s + m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
   }
+  await_sends();
+  m_compute_start = Clock::now();
+  if (m_st.pipeline) {
+    Hooks hooks(*this, m_params->size());
+    m_loss = m_st.net->train_step_staged(m_params->data(), m_loader.images(), m_loader.labels(),
+                                         m_batch, m_grad->data(), hooks);
+  } else {
+    m_loss = m_st.net->train_step(m_params->data(), m_loader.images(), m_loader.labels(), m_batch,
+                                  m_grad->data());
+  }
+  const double measured = since(m_compute_start);
+  m_result.compute_s += measured;
+  if (m_virtual) return;
+  m_compute_s = measured;
   const double delay = m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
   if (delay > 0.0) {
     comm::sleep_s(delay);
@@ -206,32 +379,36 @@ void Worker::compute() {
   }
 }
 
-// Sends the gradient's slices (each also asks for newer parameters) after
-// posting the receives for the answers.
-void Worker::push_gradient() {
-  auto& box = m_outbox[m_step % 2];
-  // The buffers of two steps ago must be free before they are rewritten.
-  while (std::any_of(box.begin(), box.end(),
-                     [](const comm::SharedMessage& m) { return m.use_count() > 1; })) {
+// Nothing came: a step waits on this, so look again soon (spin when this
+// rank has a core of its own).
+void Worker::idle(double now) {
+  if (m_st.own_core) {
+    std::this_thread::yield();
+  } else {
+    m_backoff.idle(std::min(kStepPollS, m_watch->time_to_next_deadline(now)));
+  }
+}
+
+// The gradient is sent from where backward writes it: before the next
+// backward, every send of the last one must have completed (they have been
+// received already: every shard answered after the whole gradient came).
+void Worker::await_sends() {
+  while (m_sends.in_flight() > 0) {
     m_sends.progress();
-    m_backoff.idle();
+    if (m_sends.in_flight() == 0) break;
+    const double now = m_st.clock->now();
+    watch(now);
+    idle(now);
   }
   m_backoff.busy();
-  for (int s = 0; s < m_shards; ++s) m_replies.post(s);
-  for (int s = 0; s < m_shards; ++s) {
-    const auto& slice = m_st.slices[static_cast<std::size_t>(s)];
-    auto& m = *box[static_cast<std::size_t>(s)];
-    auto& h = m.header();
-    h = comm::make_header(Kind::kGrad, m_rank, s, m_version[static_cast<std::size_t>(s)]);
-    h.step_seq = m_step;
-    h.count = static_cast<std::uint32_t>(slice.count);
-    h.loss = m_loss;
-    h.compute_s = m_compute_s;  // pure compute, without injected delay
-    h.vtime_s = m_vtime_s;
-    h.examples = *std::min_element(m_version.begin(), m_version.end());
-    std::copy_n(m_grad.begin() + static_cast<std::ptrdiff_t>(slice.offset), slice.count,
-                m.payload());
-    m_sends.send(box[static_cast<std::size_t>(s)], s, comm::kTagToShard);
+}
+
+// Sends what the step has not sent yet, top shard first: without the
+// pipeline every shard's slice, with it each shard's bucket 0, which
+// completes the gradient there and asks for newer parameters.
+void Worker::push_gradient() {
+  for (std::size_t g = m_buckets.size(); g-- > 0;) {
+    if (!m_sent[g]) send_bucket(g);
   }
   ++m_step;
 }

@@ -4,10 +4,21 @@
 // shard silent for cluster.dead_after_s is dead, and the worker stops (69).
 // When an answer of shard 0 asks for it, the worker saves its state (step
 // counter, sampler, augmentation RNG) as its part of a checkpoint.
+//
+// The pipelined exchange (exchange.pipeline, docs/design.md §4): parameters
+// and gradients travel in buckets of whole layers. The worker starts its
+// forward once every shard's first message is in, and waits for a layer's
+// bucket only just before that layer's forward; backward hands over each
+// bucket's gradient as soon as it is final, top layer first. Every shard's
+// bucket 0, which completes the gradient there and asks for the next
+// parameters, goes once the whole step (and any injected straggler delay)
+// is done, so that a gradient is complete at every shard at the same
+// moment it is without the pipeline.
 #pragma once
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -36,6 +47,13 @@ struct WorkerSetup {
   const std::vector<comm::Peer>* peers = nullptr;
   int worker = 0;                     // 0..K-1
   std::vector<layout::Slice> slices;  // of every shard
+  // Every shard's buckets in forward order (layout::make_buckets; offsets
+  // into the flat parameter vector); empty: one per shard.
+  std::vector<std::vector<layout::Slice>> buckets;
+  bool pipeline = false;  // compute with nn::Network::train_step_staged
+  // Every rank of this node has a core of its own: wait by spinning
+  // (yielding) rather than sleeping (ps::ShardSetup::own_core).
+  bool own_core = false;
   std::size_t param_count = 0;
   nn::Network* net = nullptr;
   const data::Dataset* train = nullptr;
@@ -63,8 +81,24 @@ class Worker {
   WorkerResult run();
 
  private:
+  class Hooks;
+  // A bucket of some shard's slice, as the worker keeps track of it.
+  struct Bucket {
+    int shard = 0, index = 0;  // index in the shard's slice (0: its first layers)
+    std::size_t offset = 0, count = 0;
+    std::uint64_t version = 0;  // of the parameters received for this step
+  };
   void pull_any();
   bool receive_params();
+  void watch(double now);
+  void take(int shard, int bytes);
+  void await_bucket(std::size_t g);
+  void post_bucket(int shard);
+  void await_sends();
+  void idle(double now);
+  void need_params(std::size_t offset, std::size_t count);
+  void grads_ready(std::size_t offset, float loss);
+  void send_bucket(std::size_t g);
   void save_part(std::uint64_t step);
   void snapshot();
   void compute();
@@ -77,27 +111,35 @@ class Worker {
   const int m_rank;
   const int m_batch;
   data::BatchLoader m_loader;
-  std::vector<float> m_params, m_grad;
-  std::vector<std::uint64_t> m_version;  // per shard, of the parameters held
+  // The network's parameters and gradient, which the exchange receives into
+  // and sends from in place (shared with the requests that use them).
+  std::shared_ptr<std::vector<float>> m_params, m_grad;
+  std::vector<std::uint64_t> m_version;  // per shard, of the parameters held (its bucket 0's)
   std::vector<char> m_stopped;           // per shard
+  std::vector<Bucket> m_buckets;         // every shard's, in forward order
+  std::vector<std::size_t> m_first;      // per shard: its bucket 0 in m_buckets
+  std::vector<int> m_received;           // per shard: buckets received this step
+  std::vector<char> m_sent;              // per bucket: its gradient sent this step
   comm::RecvSlots m_replies;             // one per shard
   comm::SendQueue m_sends;
-  // Two gradient buffers per shard: a send in flight never blocks the next
-  // computation, and a buffer is only rewritten once its send completed.
-  std::vector<comm::SharedMessage> m_outbox[2];
+  // The header of each bucket's gradient message (its payload is m_grad's).
+  std::vector<comm::SharedMessage> m_outbox;
   std::unique_ptr<comm::Watch> m_own_watch;
   comm::Watch* m_watch = nullptr;
   comm::IdleBackoff m_backoff;
   std::uint64_t m_step = 0;
   std::optional<std::uint64_t> m_saved;  // the last checkpoint this worker saved its part of
-  checkpoint::State m_snap;              // the state before the current compute
-  std::uint64_t m_snap_version = 0;      // shard 0's version it computes on
+  std::optional<std::uint64_t> m_checkpoint_step;  // flagged in the answer arriving
+  checkpoint::State m_snap;                        // the state before the current compute
+  std::uint64_t m_snap_version = 0;                // shard 0's version it computes on
   bool m_stop_requested = false;
   const bool m_virtual;  // train.clock = virtual
   float m_loss = 0.0f;
   double m_compute_s = 0.0;
-  double m_vtime_s = 0.0;   // virtual clock: modelled finish time of the last gradient
-  double m_vstart_s = 0.0;  // virtual clock: the latest start of the versions just received
+  double m_vtime_s = 0.0;  // virtual clock: modelled finish time of the last gradient
+  // Virtual clock, per shard: when the version of its answer started.
+  std::vector<double> m_vstart;
+  std::chrono::steady_clock::time_point m_compute_start;
   WorkerResult m_result;
 };
 

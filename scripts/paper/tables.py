@@ -8,6 +8,8 @@
                                               (--json FILE: the same numbers for scripts and tests)
     tables.py shards RUN... --paper 53:17     step time against the shards S, per K and
                                               placement (--json FILE, --plot PNG)
+    tables.py layers RUN... [--plot PNG]      async with per-layer updates: staleness by layer,
+                                              bottom to top, beside the paper's (--json FILE too)
 
 Accuracies are of the EMA of theta (theta-bar) unless --theta. Times are on
 each run's own clock (wall, virtual or simulated; scripts/runlib.py says how
@@ -368,6 +370,86 @@ def plot_shards(plt, summary, path):
     fig.savefig(path, dpi=90)
 
 
+# The paper's §2 (Inception, asynchronous, each layer updated on arrival):
+# mean staleness of the gradients of the top and of the bottom layer.
+PAPER_LAYER_STALENESS = {"top": 14.5, "bottom": 39.0}
+
+
+def layer_summary(run):
+    """Per bucket (bottom first): layers, mean, median, p90, max, samples;
+    and the bottom (the first layers) and top (the last) means."""
+    rows = []
+    for shard, b, layers, v in run.layer_staleness():
+        rows.append({"shard": shard, "bucket": b, "layers": layers or f"bucket {b}",
+                     "mean": statistics.fmean(v), "median": runlib.quantile(v, 0.5),
+                     "p90": runlib.quantile(v, 0.9), "max": max(v), "samples": len(v)})
+    if not rows:
+        return None
+    return {"rows": rows, "bottom": rows[0]["mean"], "top": rows[-1]["mean"],
+            "ratio": rows[0]["mean"] / rows[-1]["mean"] if rows[-1]["mean"] > 0 else None}
+
+
+def plot_layers(runs_and_summaries, path):
+    plt = runlib.pyplot("tables.py")
+    fig, (ax, rel) = plt.subplots(1, 2, figsize=(11, 4))
+    for run, s in runs_and_summaries:
+        x = list(range(len(s["rows"])))
+        ax.plot(x, [r["mean"] for r in s["rows"]], marker="o", ms=3, label=run.label())
+        ax.fill_between(x, [r["median"] for r in s["rows"]], [r["p90"] for r in s["rows"]],
+                        alpha=0.2)
+        if s["top"] > 0:
+            rel.plot([i / max(1, len(x) - 1) for i in x], [r["mean"] / s["top"] for r in s["rows"]],
+                     marker="o", ms=3, label=f"here: {run.label()}")
+    paper = PAPER_LAYER_STALENESS
+    # The paper gives the two ends only: markers, no line between them.
+    rel.plot([0, 1], [paper["bottom"] / paper["top"], 1.0], "ks", linestyle="none",
+             label="paper, Inception (§2): bottom 39, top 14.5 (ends only)")
+    ax.set_xlabel("layer with parameters (0 = the first, bottom)")
+    ax.set_ylabel("staleness of applied gradients (updates)")
+    ax.set_title("mean (line), median to p90 (band)")
+    ax.legend(fontsize=7)
+    rel.set_xlabel("depth (0 = bottom layer, 1 = top layer)")
+    rel.set_ylabel("mean staleness / the top layer's")
+    rel.set_title("relative to the top layer")
+    rel.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def cmd_layers(args):
+    parts, done, figures = [], [], {}
+    for run in runlib.load_runs(args.runs):
+        s = layer_summary(run)
+        if s is None:
+            parts.append(f"**{run.label()}**: no per-layer staleness (needs train.mode = async or "
+                         "ssp with exchange.pipeline = true and more than one bucket).")
+            continue
+        done.append((run, s))
+        figures[run.path] = s
+        rows = [[r["bucket"] if r["shard"] == 0 else f"{r['shard']}/{r['bucket']}", r["layers"],
+                 f"{r['mean']:.2f}", fmt_s(r["median"], 1), fmt_s(r["p90"], 1), r["max"],
+                 r["samples"]] for r in s["rows"]]
+        parts.append(f"**{run.label()}** ({run.workers} workers, {len(run.shard0)} updates): "
+                     "staleness of every applied gradient per layer, bottom (the first layer) to "
+                     "top\n\n" + table(["bucket", "layers", "mean", "median", "p90", "max",
+                                         "gradients"], rows))
+    if done:
+        paper = PAPER_LAYER_STALENESS
+        rows = [["the paper (Inception, §2)", paper["bottom"], paper["top"],
+                 f"{paper['bottom'] / paper['top']:.2f}"]]
+        for run, s in done:
+            rows.append([f"here: {run.label()}", f"{s['bottom']:.2f}", f"{s['top']:.2f}",
+                         f"{s['ratio']:.2f}" if s["ratio"] else "–"])
+        parts.append("Bottom against top layer, mean staleness:\n\n" +
+                     table(["", "bottom layer", "top layer", "bottom / top"], rows))
+    print("\n\n".join(parts))
+    if args.plot and done:
+        plot_layers(done, args.plot)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -397,6 +479,11 @@ def main():
     p.add_argument("--json", help="also write the numbers as JSON here")
     p.add_argument("--plot", help="also draw the step times against S into this PNG")
     p.set_defaults(fn=cmd_shards)
+    p = sub.add_parser("layers", help="staleness by layer (async, per-layer updates)")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--plot", help="also draw the figure into this PNG")
+    p.add_argument("--json", help="also write the numbers as JSON here")
+    p.set_defaults(fn=cmd_layers)
     args = ap.parse_args()
     try:
         args.fn(args)

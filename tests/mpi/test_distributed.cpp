@@ -289,7 +289,9 @@ TEST_CASE("optim.scale_lr_by_n multiplies the lr of every update by N", "[mpi][l
 
 TEST_CASE("several shards give the same result as one", "[mpi][shards]") {
   const auto dir = temp_dir("shards");
-  const std::string common = " --set train.mode=sync --set train.backups=0 --set train.steps=12";
+  // A shard holds whole layers: the CNN's four, on three shards.
+  const std::string common =
+      " --set train.mode=sync --set train.backups=0 --set train.steps=12 --set model.name=cnn";
   const Result one = run_mpi(4, job(dir, "one", "--set cluster.ps=1" + common));
   INFO(one.output);
   REQUIRE(one.code == 0);
@@ -356,7 +358,7 @@ TEST_CASE("every mode ends by itself with a slow worker at the last step", "[mpi
       {"allreduce", "--set train.mode=allreduce"},
       {"sync-2ps-eval",
        "--set train.mode=sync --set cluster.ps=2 --set cluster.evaluator=true "
-       "--set eval.every_steps=3"},
+       "--set eval.every_steps=3 --set model.name=mlp"},
   };
   for (const auto& [name, args] : modes) {
     const int np = name == "sync-2ps-eval" ? 7 : 5;

@@ -34,9 +34,13 @@ std::filesystem::path scratch_dir() {
   return dir;
 }
 
-// Runs the shard on rank 0 against one message `make` builds on rank 1.
-// Returns (on rank 0) the error text, empty if none was thrown.
-std::string shard_error_for(void (*make)(comm::Message&, std::size_t)) {
+// Runs the shard on rank 0 against the messages `make` builds on rank 1
+// (one, or two when `second` is given), the slice of `count` floats cut into
+// `buckets` (empty: one). Returns (on rank 0) the error text, empty if none
+// was thrown.
+std::string shard_error_for(void (*make)(comm::Message&, std::size_t),
+                            void (*second)(comm::Message&, std::size_t) = nullptr,
+                            const std::vector<layout::Slice>& buckets = {}) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   config::Config cfg;
@@ -58,6 +62,7 @@ std::string shard_error_for(void (*make)(comm::Message&, std::size_t)) {
     st.roles = &roles;
     st.shard = 0;
     st.slice = {0, count};
+    st.buckets = buckets;
     st.initial = init.data();
     st.plan = &plan;
     st.data_comm = data.get();
@@ -75,10 +80,14 @@ std::string shard_error_for(void (*make)(comm::Message&, std::size_t)) {
       error = e.what();
     }
   } else {
-    comm::Message m(count + 1);
-    make(m, count);
-    const int bytes = comm::Message::wire_bytes(m.header().count);
-    MPI_Send(m.data(), std::min(bytes, m.max_bytes()), MPI_BYTE, 0, comm::kTagToShard, data.get());
+    for (auto* build : {make, second}) {
+      if (build == nullptr) continue;
+      comm::Message m(count + 1);
+      build(m, count);
+      const int bytes = comm::Message::wire_bytes(m.header().count);
+      MPI_Send(m.data(), std::min(bytes, m.max_bytes()), MPI_BYTE, 0, comm::kTagToShard,
+               data.get());
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
   return error;
@@ -139,6 +148,56 @@ TEST_CASE("an unknown message kind is rejected", "[mpi][protocol]") {
     m.header().kind = 99;
   });
   CHECK(rank0_contains(e, "rank 1", "unknown message kind 99"));
+}
+
+TEST_CASE("a gradient bucket the slice does not have is rejected", "[mpi][protocol][pipeline]") {
+  // The slice is one bucket; the message claims to be bucket 1 of 2.
+  const std::string e = shard_error_for([](comm::Message& m, std::size_t count) {
+    good_header(m, count);
+    m.header().buckets = 2;
+    m.header().bucket = 1;
+  });
+  CHECK(rank0_contains(e, "rank 1", "bucket 1 of 2, but this slice has 1 bucket(s)"));
+  // Two buckets [0, 4) and [4, 10): bucket 1 at the wrong offset.
+  const std::vector<layout::Slice> two{{0, 4}, {4, 6}};
+  const std::string off = shard_error_for(
+      [](comm::Message& m, std::size_t) {
+        good_header(m, 6);
+        m.header().buckets = 2;
+        m.header().bucket = 1;
+        m.header().offset = 3;
+      },
+      nullptr, two);
+  CHECK(rank0_contains(off, "rank 1", "bucket 1 starts at 3, expected 4"));
+}
+
+TEST_CASE("gradient buckets out of order are rejected", "[mpi][protocol][pipeline]") {
+  // Bucket 1 (the top layers) must come first; bucket 0 first is refused.
+  const std::vector<layout::Slice> two{{0, 4}, {4, 6}};
+  const std::string e = shard_error_for(
+      [](comm::Message& m, std::size_t) {
+        good_header(m, 4);
+        m.header().buckets = 2;
+        m.header().bucket = 0;
+      },
+      nullptr, two);
+  CHECK(rank0_contains(e, "rank 1", "gradient bucket 0 from worker rank 1, expected bucket 1"));
+  // In order, then bucket 1 again where bucket 0 is due.
+  const std::string again = shard_error_for(
+      [](comm::Message& m, std::size_t) {
+        good_header(m, 6);
+        m.header().buckets = 2;
+        m.header().bucket = 1;
+        m.header().offset = 4;
+      },
+      [](comm::Message& m, std::size_t) {
+        good_header(m, 6);
+        m.header().buckets = 2;
+        m.header().bucket = 1;
+        m.header().offset = 4;
+      },
+      two);
+  CHECK(rank0_contains(again, "rank 1", "gradient bucket 1 from worker rank 1, expected bucket 0"));
 }
 
 int main(int argc, char** argv) { return run_catch_under_mpi(argc, argv); }

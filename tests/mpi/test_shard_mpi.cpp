@@ -83,6 +83,11 @@ struct ScriptedWorker {
                                MPI_STATUS_IGNORE));
     if (static_cast<Kind>(m.header().kind) == Kind::kStop) return false;
     version = m.header().param_version;
+    // Protocol 5: parameters follow their header as a message of their own.
+    if ((m.header().flags & comm::kFlagSplit) != 0) {
+      SYNCOPT_CHECK_MPI(MPI_Recv(m.payload(), static_cast<int>(m.header().count * sizeof(float)),
+                                 MPI_BYTE, 0, comm::kTagToWorker, data, MPI_STATUS_IGNORE));
+    }
     return true;
   }
 };

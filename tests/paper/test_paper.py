@@ -205,6 +205,42 @@ def test_numbers(root):
     p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "paper", "tables.py"),
                         "kth", os.path.join(root, "nope")], capture_output=True, text=True)
     check(p.returncode != 0 and "summary.json not found" in p.stderr, "a missing run is an error")
+    test_layers(root)
+
+
+def test_layers(root):
+    """Staleness by layer (scripts/paper/layer_staleness.sh): three buckets,
+    four async updates; the bottom bucket (0) staler than the top (2)."""
+    per_step = [[0, 0, 0], [2, 1, 0], [4, 2, 1], [6, 3, 1]]
+    steps = []
+    for i, layers in enumerate(per_step):
+        g = grad(i % 2, 0.01, i - layers[0])
+        g["staleness"] = layers[0]
+        g["layer_staleness"] = layers
+        steps.append({"step": i + 1, "shard": 0, "version": i, "t_start": 0.1 * i,
+                      "t_apply": 0.1 * (i + 1), "lr": 0.01, "loss": 1.0, "used": 1, "grads": [g]})
+    steps[1]["grads"].append(dict(steps[1]["grads"][0], accepted=False, layer_staleness=[99, 99, 99]))
+    summary = {"mode": "async", "N": 1, "b": 0, "workers": 2, "status": "completed",
+               "staleness_by_layer": [{"shard": 0, "bucket": b, "layers": n}
+                                      for b, n in enumerate(["conv1..bn1", "s1b1.conv1", "fc"])]}
+    d = write_run(root, "layers", summary, steps, [])
+    s = tables.layer_summary(runlib.Run(d))
+    check(s is not None and len(s["rows"]) == 3, f"three buckets: {s}")
+    check(close(s["rows"][0]["mean"], 3.0), f"bucket 0 mean of 0, 2, 4, 6 (the dropped one left "
+          f"out): {s['rows'][0]['mean']}")
+    check(close(s["rows"][2]["mean"], 0.5) and s["rows"][2]["layers"] == "fc", "top bucket")
+    check(close(s["ratio"], 6.0), f"bottom / top = 3 / 0.5: {s['ratio']}")
+    check(s["rows"][1]["max"] == 3 and s["rows"][0]["samples"] == 4, "max and samples")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "paper", "tables.py"),
+                        "layers", d], capture_output=True, text=True)
+    check(p.returncode == 0 and "| 0 | conv1..bn1 | 3.00 |" in p.stdout and
+          "| the paper (Inception, §2) | 39.0 | 14.5 | 2.69 |" in p.stdout and "6.00" in p.stdout,
+          f"tables.py layers: {p.stdout} {p.stderr}")
+    none = write_run(root, "no-layers", {"mode": "sync", "status": "completed"}, steps[:1], [])
+    check(tables.layer_summary(runlib.Run(none)) is not None, "records decide, not the summary")
+    flat = [dict(r, grads=[dict(g, layer_staleness=[]) for g in r["grads"]]) for r in steps]
+    check(tables.layer_summary(runlib.Run(write_run(root, "flat", {"mode": "async"}, flat, [])))
+          is None, "no per-layer records: None")
 
 
 def sim_run(root, name, k, shards, step_s, placement="layers", pipeline=True, max_slice=100):

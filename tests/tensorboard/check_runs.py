@@ -19,6 +19,10 @@ run's own records, value by value:
     sync/time_to_kth            arrival of the last accepted one
     sync/arrival_s              histogram: num = the record's gradients,
                                 min, max, sums and buckets of their arrivals
+    sync/staleness_by_layer/<b>-<layers>
+                                the async run, each layer its own bucket of
+                                the pipelined exchange: the mean of the
+                                accepted gradients' layer_staleness[b]
     wall time                   t_apply on the calendar: the differences
                                 between steps are t_apply's
   eval.jsonl, per line in order:
@@ -77,7 +81,9 @@ RUNS = {
     "local": (0, ["--set", "train.mode=local"]),
     "sync": (4, ["--set", "train.mode=sync", "--set", "train.backups=1",
                  "--set", "cluster.evaluator=false"]),
-    "async-evaluator": (5, ["--set", "train.mode=async", "--set", "cluster.evaluator=true"]),
+    # Each of the MLP's two layers its own bucket, applied on arrival.
+    "async-evaluator": (5, ["--set", "train.mode=async", "--set", "cluster.evaluator=true",
+                            "--set", "exchange.bucket_bytes=1"]),
     "allreduce": (2, ["--set", "train.mode=allreduce"]),
     "off": (0, ["--set", "train.mode=local", "--set", "run.tensorboard=false"]),
     "sim": ("sim", ["--set", "train.mode=sync", "--set", "train.backups=2",
@@ -144,8 +150,13 @@ def expected_rates(records):
     return rates
 
 
+# The per-layer staleness tags of the async run (model mlp: fc1, fc2).
+LAYER_TAGS = ["sync/staleness_by_layer/00-fc1", "sync/staleness_by_layer/01-fc2"]
+
+
 def scalar_tags(name):
-    return STEP_SCALARS + (EVAL_SCALARS if name != "sim" else [])
+    return (STEP_SCALARS + (EVAL_SCALARS if name != "sim" else []) +
+            (LAYER_TAGS if name == "async-evaluator" else []))
 
 
 def check_run(f, run_dir, name):
@@ -191,6 +202,13 @@ def check_run(f, run_dir, name):
             (r["step"], max(g["arrival_s"] for g in accepted(r))) for r in records if accepted(r)
         ],
     }
+    if name == "async-evaluator":
+        layered = [r for r in records if any(g.get("layer_staleness") for g in accepted(r))]
+        f.check(len(layered) == len(records) > 0,
+                f"{name}: {len(layered)} of {len(records)} records have layer_staleness")
+        for b, tag in enumerate(LAYER_TAGS):
+            want[tag] = [(r["step"], sum(g["layer_staleness"][b] for g in accepted(r)) /
+                          len(accepted(r))) for r in layered]
     for tag, events in want.items():
         check_scalar(f, f"{name} {tag}", scalars.get(tag, []), events)
 

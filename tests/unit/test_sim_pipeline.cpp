@@ -7,7 +7,7 @@
 #include <random>
 
 #include "common/error.hpp"
-#include "layout/roles.hpp"
+#include "layout/placement.hpp"
 #include "sim/simulator.hpp"
 
 namespace sim = syncopt::sim;
@@ -141,7 +141,16 @@ TEST_CASE("pipelined exchange: with stragglers and backups it is never slower (o
 
 TEST_CASE("balanced_slices: whole layers, the least largest slice, then the most even",
           "[layout]") {
-  using syncopt::layout::balanced_slices;
+  // The trainer's placement (layout/placement.hpp), on groups of these sizes.
+  const auto balanced_slices = [](const std::vector<std::size_t>& counts, int shards) {
+    std::vector<syncopt::layout::Group> groups;
+    std::size_t offset = 0;
+    for (const std::size_t c : counts) {
+      groups.push_back({"g" + std::to_string(groups.size()), offset, c});
+      offset += c;
+    }
+    return syncopt::layout::balanced_slices(groups, shards);
+  };
   const auto counts_of = [](const std::vector<syncopt::layout::Slice>& s) {
     std::vector<std::size_t> c;
     for (const auto& x : s) c.push_back(x.count);
