@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -215,21 +216,9 @@ bool Worker::receive_params() {
   // (m_received was reset when each answer's receive was posted; an answer
   // may have begun to arrive while the gradient went out.)
   std::fill(m_sent.begin(), m_sent.end(), 0);
-  while (std::any_of(m_received.begin(), m_received.end(), [](int r) { return r == 0; })) {
-    const auto done = m_replies.test();
-    const double now = m_st.clock->now();
-    watch(now);
-    if (done.empty()) {
-      m_sends.progress();
-      idle(now);
-      continue;
-    }
-    m_backoff.busy();
-    for (const auto& d : done) {
-      m_watch->heard(d.slot, now);
-      take(d.slot, d.bytes);
-    }
-  }
+  receive_until([&] {
+    return std::none_of(m_received.begin(), m_received.end(), [](int r) { return r == 0; });
+  });
   m_result.wait_s += since(t_wait);
   const auto checkpoint_step = std::exchange(m_checkpoint_step, std::nullopt);
   if (checkpoint_step && checkpoint_step != m_saved) save_part(*checkpoint_step);
@@ -244,7 +233,13 @@ void Worker::await_bucket(std::size_t g) {
   const auto si = static_cast<std::size_t>(b.shard);
   if (m_received[si] > b.index) return;
   const auto t_wait = Clock::now();
-  while (m_received[si] <= b.index) {
+  receive_until([&] { return m_received[si] > b.index; });
+  m_result.wait_s += since(t_wait);
+}
+
+// Takes the shards' messages until `enough()`, watching them meanwhile.
+void Worker::receive_until(const std::function<bool()>& enough) {
+  while (!enough()) {
     const auto done = m_replies.test();
     const double now = m_st.clock->now();
     watch(now);
@@ -259,7 +254,6 @@ void Worker::await_bucket(std::size_t g) {
       take(d.slot, d.bytes);
     }
   }
-  m_result.wait_s += since(t_wait);
 }
 
 // Before a layer's forward: its parameters, params[offset, offset + count).

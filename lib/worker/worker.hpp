@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -92,6 +93,7 @@ class Worker {
   bool receive_params();
   void watch(double now);
   void take(int shard, int bytes);
+  void receive_until(const std::function<bool()>& enough);
   void await_bucket(std::size_t g);
   void post_bucket(int shard);
   void await_sends();
