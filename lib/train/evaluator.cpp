@@ -13,6 +13,7 @@
 #include "comm/poll.hpp"
 #include "comm/protocol.hpp"
 #include "comm/requests.hpp"
+#include "comm/shard_watch.hpp"
 #include "common/error.hpp"
 #include "common/signals.hpp"
 
@@ -115,20 +116,7 @@ void Evaluator::send_to_shard0(Kind kind, std::uint64_t seq) {
 
 std::vector<comm::RecvSlots::Done> Evaluator::poll() {
   const double now = m_st.clock->now();
-  for (const int dead : m_watch->poll(now)) {
-    m_sends.cancel_to(dead);  // what it will never take (kept, not waited for)
-    throw UnavailableError("the evaluator: shard " + std::to_string(dead) + " (" +
-                           comm::describe_rank(*m_st.peers, dead) + ") has been silent for " +
-                           std::to_string(static_cast<int>(now - m_watch->last_heard(dead))) +
-                           "s: the run cannot go on without it");
-  }
-  for (const auto& n : m_watch->notices()) {
-    if (n.kind != Kind::kEnding) continue;
-    throw EndedByPeerError(
-        static_cast<ExitCode>(n.code),
-        "ends with exit " + std::to_string(n.code) + ": shard " + std::to_string(n.from) + " (" +
-            comm::describe_rank(*m_st.peers, n.from) + ") ended the run; see its message");
-  }
+  comm::check_shards(*m_watch, m_sends, *m_st.peers, "the evaluator", now);
   if (const int sig = stop_signal(); sig != 0 && !m_stop_requested) {
     m_stop_requested = true;
     send_to_shard0(Kind::kStopRequest, static_cast<std::uint64_t>(sig));

@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/parts.hpp"
 #include "comm/protocol.hpp"
+#include "comm/shard_watch.hpp"
 #include "common/signals.hpp"
 #include "worker/compute_model.hpp"
 
@@ -124,21 +125,7 @@ void Worker::pull_any() {
 // this worker (exit 69); a stop signal here is told to shard 0, which
 // decides the step to stop at.
 void Worker::watch(double now) {
-  for (const int dead : m_watch->poll(now)) {
-    m_sends.cancel_to(dead);  // what it will never take (kept, not waited for)
-    throw UnavailableError("worker " + std::to_string(m_st.worker) + ": shard " +
-                           std::to_string(dead) + " (" + comm::describe_rank(*m_st.peers, dead) +
-                           ") has been silent for " +
-                           std::to_string(static_cast<int>(now - m_watch->last_heard(dead))) +
-                           "s: the run cannot go on without it");
-  }
-  for (const auto& n : m_watch->notices()) {
-    if (n.kind != Kind::kEnding) continue;
-    throw EndedByPeerError(
-        static_cast<ExitCode>(n.code),
-        "ends with exit " + std::to_string(n.code) + ": shard " + std::to_string(n.from) + " (" +
-            comm::describe_rank(*m_st.peers, n.from) + ") ended the run; see its message");
-  }
+  comm::check_shards(*m_watch, m_sends, *m_st.peers, "worker " + std::to_string(m_st.worker), now);
   if (const int sig = stop_signal(); sig != 0 && !m_stop_requested) {
     m_stop_requested = true;  // shard 0 decides the step; this worker only tells it
     send_small(Kind::kStopRequest, 0, static_cast<std::uint64_t>(sig));
