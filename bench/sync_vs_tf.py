@@ -63,11 +63,14 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
 
+EXTRA_SETS = []  # --set: appended to every syncopt run
+
+
 def run_syncopt(exe, tmp, name, sets, np_=6, watch_ps=False):
     cmd = ["mpirun", "-np", str(np_), exe, "train", os.path.join(ROOT, "configs", "fmnist-sync.toml"),
            "--quiet", "--set", f"run.dir={tmp}", "--set", f"run.name={name}",
            "--set", "cluster.evaluator=false", "--set", "eval.every_s=0"]
-    for s in sets:
+    for s in sets + EXTRA_SETS:
         cmd += ["--set", s]
     env = dict(os.environ, **MPI_ENV)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -128,9 +131,12 @@ def main():
     ap.add_argument("--scenario", choices=["one", "all"], default="one")
     ap.add_argument("--tf-updates", type=int, default=300)
     ap.add_argument("--skip", default="", help="comma list of parts to skip: stragglers,overhead,tf")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra config override for every syncopt run (e.g. exchange.pipeline=false)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
+    EXTRA_SETS.extend(args.set)
     if not os.path.exists(args.exe):
         sys.exit(f"bench: {args.exe} not found; build first (scripts/setup.sh)")
     figures = {}
