@@ -104,7 +104,7 @@ class Engine {
   void on_reply(const Event& e, double now);
   void on_worker_sends(const Event& e, double now);
   void send_bucket(const Event& e, double now);
-  void start_pipelined(int w, double now, double overhead, double busy);
+  void start_pipelined(int w, double now, double overhead, double compute, double delay);
   void answer_pipelined(int s, double now);
   void place_layers();
   void send_decision(const metrics::StepRecord& rec, double now);
@@ -546,7 +546,7 @@ void Engine::on_reply(const Event& e, double now) {
     // The batch is loaded from the first parameters in (not before the
     // last gradient's backward is done), then layer by layer.
     start_pipelined(e.worker, std::max(first_reply, ws.busy_until), m_st.timing.overhead_s_of(draw),
-                    c + d);
+                    c, d);
     return;
   }
   Event send;
@@ -619,33 +619,43 @@ void Engine::answer_pipelined(int s, double now) {
 
 // A pipelined gradient's timeline, from `start`: the batch (overhead), each
 // layer's forward once its parameters are in, then backward from the top,
-// each bucket sent when its lowest layer is done: one run of sends.
-void Engine::start_pipelined(int w, double start, double overhead, double busy) {
+// each bucket but a shard's bucket 0 sent when its lowest layer is done;
+// then the straggler's delay, and every shard's bucket 0, top shard first,
+// as the worker does (worker.cpp, grads_ready and push_gradient): a
+// shard's bucket 0 asks it for parameters, so that every shard is asked at
+// the same time. One run of sends.
+void Engine::start_pipelined(int w, double start, double overhead, double compute,
+                             double delay) {
   const std::size_t layers = m_st.layers.size();
   const double* param_at = &m_param_at[static_cast<std::size_t>(w) * layers];
   double t = start + overhead;
   for (std::size_t k = 0; k < layers; ++k) {
-    t = std::max(t, param_at[k]) + busy * kForwardShare * m_st.layers[k].flops_share;
+    t = std::max(t, param_at[k]) + compute * kForwardShare * m_st.layers[k].flops_share;
   }
   std::size_t buckets = 0;
   for (const auto& sh : m_shards) buckets += sh.buckets.size();
   Event* run = m_queue.begin_run(buckets);
   std::size_t n = 0;
-  for (std::size_t k = layers; k-- > 0;) {
-    t += busy * (1.0 - kForwardShare) * m_st.layers[k].flops_share;
-    const int s = m_layer_shard[k];
-    const int j = m_layer_bucket[k];
-    if (m_shards[static_cast<std::size_t>(s)].buckets[static_cast<std::size_t>(j)].first !=
-        static_cast<int>(k)) {
-      continue;  // the bucket's lowest layer is not done yet
-    }
+  const auto send = [&](int s, int j, double at) {
     Event& e = run[n++];
     e.kind = EventKind::kWorkerSends;
     e.worker = w;
     e.shard = s;
     e.bucket = j;
-    e.t = t;
+    e.t = at;
+  };
+  for (std::size_t k = layers; k-- > 0;) {
+    t += compute * (1.0 - kForwardShare) * m_st.layers[k].flops_share;
+    const int s = m_layer_shard[k];
+    const int j = m_layer_bucket[k];
+    if (j == 0 || m_shards[static_cast<std::size_t>(s)].buckets[static_cast<std::size_t>(j)].first !=
+                      static_cast<int>(k)) {
+      continue;  // bucket 0 goes last; or the bucket's lowest layer is not done yet
+    }
+    send(s, j, t);
   }
+  t += delay;
+  for (int s = shards(); s-- > 0;) send(s, 0, t);
   m_queue.end_run();
   m_workers[static_cast<std::size_t>(w)].busy_until = t;
 }
