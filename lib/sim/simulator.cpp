@@ -620,10 +620,11 @@ void Engine::answer_pipelined(int s, double now) {
 // A pipelined gradient's timeline, from `start`: the batch (overhead), each
 // layer's forward once its parameters are in, then backward from the top,
 // each bucket but a shard's bucket 0 sent when its lowest layer is done;
-// then the straggler's delay, and every shard's bucket 0, top shard first,
+// then the straggler's delay, and every shard's bucket 0, shard 0 first,
 // as the worker does (worker.cpp, grads_ready and push_gradient): a
 // shard's bucket 0 asks it for parameters, so that every shard is asked at
-// the same time. One run of sends.
+// the same time, and the leader's request does not queue behind the
+// others' slices. One run of sends.
 void Engine::start_pipelined(int w, double start, double overhead, double compute,
                              double delay) {
   const std::size_t layers = m_st.layers.size();
@@ -655,7 +656,7 @@ void Engine::start_pipelined(int w, double start, double overhead, double comput
     send(s, j, t);
   }
   t += delay;
-  for (int s = shards(); s-- > 0;) send(s, 0, t);
+  for (int s = 0; s < shards(); ++s) send(s, 0, t);
   m_queue.end_run();
   m_workers[static_cast<std::size_t>(w)].busy_until = t;
 }

@@ -384,12 +384,18 @@ void Worker::await_sends() {
   m_backoff.busy();
 }
 
-// Sends what the step has not sent yet, top shard first: without the
-// pipeline every shard's slice, with it each shard's bucket 0, which
-// completes the gradient there and asks for newer parameters.
+// Sends what the step has not sent yet: without the pipeline every shard's
+// slice, with it each shard's bucket 0, which completes the gradient there
+// and asks for newer parameters. Shard 0 first: with agreeing shards it
+// decides every update, and the others wait for its decision, so its
+// request should not queue behind the larger slices of the others (within
+// a shard, buckets still go top first).
 void Worker::push_gradient() {
-  for (std::size_t g = m_buckets.size(); g-- > 0;) {
-    if (!m_sent[g]) send_bucket(g);
+  for (std::size_t si = 0; si < m_first.size(); ++si) {
+    const std::size_t end = si + 1 < m_first.size() ? m_first[si + 1] : m_buckets.size();
+    for (std::size_t g = end; g-- > m_first[si];) {
+      if (!m_sent[g]) send_bucket(g);
+    }
   }
   ++m_step;
 }

@@ -140,7 +140,8 @@ TEST_CASE(
     "gradients are not rejected",
     "[sim][pipeline]") {
   // A worker asks a shard for parameters with that shard's bucket 0, and it
-  // sends every shard's bucket 0 after its whole backward (worker.cpp). If
+  // sends every shard's bucket 0 after its whole backward, shard 0's first
+  // (worker.cpp). If
   // a shard were asked as soon as its own layers were done, a late worker
   // would be answered by the upper shards an update before shard 0 answers
   // it, hold versions one apart, and have its next gradients rejected by
@@ -188,7 +189,10 @@ TEST_CASE(
   INFO("fresh but rejected: " << on.rejected_fresh << " of " << on.grads << " pipelined, "
                               << whole.rejected_fresh << " of " << whole.grads << " not; "
                               << on.seconds << " s against " << whole.seconds << " s");
+  // Some are rejected either way (a follower still one update behind
+  // answers a late worker before shard 0's decision reaches it).
   CHECK(on.rejected_fresh * 100 <= 4 * on.grads);
+  CHECK(on.rejected_fresh <= 2 * whole.rejected_fresh);
   CHECK(on.seconds < whole.seconds);
 }
 
