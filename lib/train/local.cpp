@@ -114,6 +114,13 @@ LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bo
       m_use_ema(cfg.optim.ema > 0.0),
       m_quiet(quiet),
       m_timer(cfg.eval) {
+  if (cfg.stragglers.model != config::StragglerModel::kNone) {
+    // Shared configs switch modes with --set train.mode=local: say so, do not refuse.
+    spdlog::warn(
+        "stragglers.model = \"{}\" has no effect in train.mode = \"local\" (one process, "
+        "no workers to delay); it is ignored",
+        config::enum_name(cfg.stragglers.model));
+  }
   const RunClock load_clock;
   m_data = data::load(load_options(cfg));
   spdlog::info("data: {} train / {} test examples of {}x{}x{}, {} classes ({:.2f}s)",

@@ -507,12 +507,18 @@ run_lock)
   diff "$WORK/before" "$WORK/after" >/dev/null || fail "the refused starts changed the run directory"
   kill -CONT $P
   wait $P || fail "the run holding the lock failed"
-  # A stale lock: its holder killed.
+  # A stale lock: its holder killed while it trains (not after a fixed
+  # sleep: the 2000 steps left take ~1.3 s here, and a kill after 2 s found
+  # the run done and the lock released, which tested nothing).
   "$BIN" $(job l) $A --set train.steps=4000 --set run.resume=true >"$WORK/log4" 2>&1 &
   P=$!
-  sleep 2
+  wait_steps "$WORK/l" 2100
   kill -KILL $P
   wait $P 2>/dev/null
+  RC4=$?
+  [ $RC4 = 137 ] || fail "the resume to be killed ended by itself (exit $RC4) before the kill"
+  [ "$(python3 -c "import json; print(json.load(open('$WORK/l/run.lock'))['pid'])")" = "$P" ] ||
+    fail "run.lock does not name the killed holder $P (a stale lock is what this tests)"
   # Two resumes at once.
   "$BIN" $(job l) $A --set train.steps=4000 --set run.resume=true >"$WORK/log5" 2>&1 &
   P5=$!
@@ -586,7 +592,10 @@ moved_copied)
   # A stopped run copied: its own config.toml resumes the copy, where it
   # is, as a new run (its own run_id); the original is untouched. The
   # original moved, resumed by a relative path: the same run, moved.
-  A="--set model.name=mlp --set train.steps=400 --set stragglers.model=fixed --set stragglers.mean_ms=5"
+  # The CNN at batch 32 (~7 ms a step here): the stop lands long before the
+  # end (a local run has no stragglers to slow it: the MLP's 400 steps took
+  # 0.1 s and sometimes ended before the signal came).
+  A="--set train.batch=32 --set train.steps=400"
   "$BIN" $(job orig) $A >"$WORK/log" 2>&1 &
   P=$!
   wait_steps "$WORK/orig" 100
