@@ -46,6 +46,32 @@ std::vector<double> step_times(sim::SimSetup st) {
   return out;
 }
 
+// Stragglers: each step 3x slower with probability 10 %.
+const syncopt::worker::StragglerModel& bernoulli_stragglers() {
+  static const syncopt::worker::StragglerModel model([] {
+    syncopt::config::StragglerConfig sc;
+    sc.model = syncopt::config::StragglerModel::kBernoulli;
+    sc.prob = 0.1;
+    sc.factor = 3.0;
+    return sc;
+  }());
+  return model;
+}
+
+// `workers` workers, N = n, pipelined: a 30 ms gradient (cv 0.2), a 1 ms
+// apply, bernoulli_stragglers(); the layers are the caller's.
+sim::SimSetup straggling(int workers, int n) {
+  sim::SimSetup st = three_layers(true, 0.001);
+  st.workers = workers;
+  st.n = n;
+  st.timing = sim::TimingModel{};
+  st.timing.compute_mean_s = 0.03;
+  st.timing.compute_cv = 0.2;
+  st.timing.apply_s = 0.001;
+  st.stragglers = &bernoulli_stragglers();
+  return st;
+}
+
 // The largest slice, then the sum of squares, of the best placement of
 // `counts` on `shards` shards by trying every set of cuts.
 std::pair<std::size_t, double> brute_force(const std::vector<std::size_t>& counts, int shards) {
@@ -109,22 +135,10 @@ TEST_CASE("pipelined exchange: with stragglers and backups it is never slower (o
           "[sim][pipeline]") {
   // One shard: the pipeline only starts layers earlier and sends gradients
   // sooner. (Several shards: the next test.)
-  syncopt::config::StragglerConfig sc;
-  sc.model = syncopt::config::StragglerModel::kBernoulli;
-  sc.prob = 0.1;
-  sc.factor = 3.0;
-  const syncopt::worker::StragglerModel stragglers(sc);
   for (const int n : {4, 5, 6}) {
-    sim::SimSetup st = three_layers(true, 0.001);
-    st.workers = 6;
-    st.n = n;
+    sim::SimSetup st = straggling(6, n);
     st.total_steps = 100;
     st.layers = {{300, 0.1}, {200, 0.4}, {400, 0.2}, {100, 0.3}};
-    st.timing = sim::TimingModel{};
-    st.timing.compute_mean_s = 0.03;
-    st.timing.compute_cv = 0.2;
-    st.timing.apply_s = 0.001;
-    st.stragglers = &stragglers;
     sim::SimSetup off = st;
     off.pipeline = false;
     double on = 0.0, whole = 0.0;
@@ -141,30 +155,17 @@ TEST_CASE(
     "[sim][pipeline]") {
   // A worker asks a shard for parameters with that shard's bucket 0, and it
   // sends every shard's bucket 0 after its whole backward, shard 0's first
-  // (worker.cpp). If
-  // a shard were asked as soon as its own layers were done, a late worker
+  // (worker.cpp). If a shard were asked as soon as its own layers were done, a late worker
   // would be answered by the upper shards an update before shard 0 answers
   // it, hold versions one apart, and have its next gradients rejected by
   // shard 0 as not fresh on every shard, step after step: the simulator did
   // that once, and showed agreeing shards pipelined as slower than whole
   // (K = 53, S = 17: 518 rejected in 200 updates).
-  syncopt::config::StragglerConfig sc;
-  sc.model = syncopt::config::StragglerModel::kBernoulli;
-  sc.prob = 0.1;
-  sc.factor = 3.0;
-  const syncopt::worker::StragglerModel stragglers(sc);
-  sim::SimSetup st = three_layers(true, 0.001);
-  st.workers = 12;
-  st.n = 10;
+  sim::SimSetup st = straggling(12, 10);
   st.agree = true;
   st.total_steps = 200;
   st.layers = {{300, 0.1}, {200, 0.3}, {400, 0.2}, {100, 0.1}, {250, 0.2}, {150, 0.1}};
   st.slice_counts = {500, 500, 400};  // layers 0-1, 2-3, 4-5
-  st.timing = sim::TimingModel{};
-  st.timing.compute_mean_s = 0.03;
-  st.timing.compute_cv = 0.2;
-  st.timing.apply_s = 0.001;
-  st.stragglers = &stragglers;
   struct Outcome {
     double seconds = 0.0;  // first to last update
     std::size_t grads = 0, rejected_fresh = 0;
