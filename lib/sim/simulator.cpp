@@ -625,8 +625,7 @@ void Engine::answer_pipelined(int s, double now) {
 // shard's bucket 0 asks it for parameters, so that every shard is asked at
 // the same time, and the leader's request does not queue behind the
 // others' slices. One run of sends.
-void Engine::start_pipelined(int w, double start, double overhead, double compute,
-                             double delay) {
+void Engine::start_pipelined(int w, double start, double overhead, double compute, double delay) {
   const std::size_t layers = m_st.layers.size();
   const double* param_at = &m_param_at[static_cast<std::size_t>(w) * layers];
   double t = start + overhead;
@@ -649,8 +648,9 @@ void Engine::start_pipelined(int w, double start, double overhead, double comput
     t += compute * (1.0 - kForwardShare) * m_st.layers[k].flops_share;
     const int s = m_layer_shard[k];
     const int j = m_layer_bucket[k];
-    if (j == 0 || m_shards[static_cast<std::size_t>(s)].buckets[static_cast<std::size_t>(j)].first !=
-                      static_cast<int>(k)) {
+    if (j == 0 ||
+        m_shards[static_cast<std::size_t>(s)].buckets[static_cast<std::size_t>(j)].first !=
+            static_cast<int>(k)) {
       continue;  // bucket 0 goes last; or the bucket's lowest layer is not done yet
     }
     send(s, j, t);
