@@ -138,7 +138,7 @@ void Worker::take(int s, int bytes) {
   const auto si = static_cast<std::size_t>(s);
   const auto& m = m_replies.message(s);
   const std::size_t first = m_first[si];
-  const std::size_t end = si + 1 < m_first.size() ? m_first[si + 1] : m_buckets.size();
+  const std::size_t end = end_of(si);
   const auto& h = m.header();
   if (m_replies.raw(s)) {
     // The payload of the bucket whose header came last, now in place.
@@ -272,7 +272,7 @@ void Worker::send_bucket(std::size_t g) {
   const auto si = static_cast<std::size_t>(b.shard);
   auto& slot = m_outbox[g];
   if (slot.use_count() > 1) throw InternalError("worker: a gradient header still in flight");
-  const std::size_t end = si + 1 < m_first.size() ? m_first[si + 1] : m_buckets.size();
+  const std::size_t end = end_of(si);
   Message& m = *slot;
   auto& h = m.header();
   h = comm::make_header(Kind::kGrad, m_rank, b.shard, b.version);
@@ -392,8 +392,7 @@ void Worker::await_sends() {
 // a shard, buckets still go top first).
 void Worker::push_gradient() {
   for (std::size_t si = 0; si < m_first.size(); ++si) {
-    const std::size_t end = si + 1 < m_first.size() ? m_first[si + 1] : m_buckets.size();
-    for (std::size_t g = end; g-- > m_first[si];) {
+    for (std::size_t g = end_of(si); g-- > m_first[si];) {
       if (!m_sent[g]) send_bucket(g);
     }
   }

@@ -94,6 +94,10 @@ class Worker {
   void watch(double now);
   void take(int shard, int bytes);
   void receive_until(const std::function<bool()>& enough);
+  // One past shard si's last bucket in m_buckets (its first is m_first[si]).
+  std::size_t end_of(std::size_t si) const {
+    return si + 1 < m_first.size() ? m_first[si + 1] : m_buckets.size();
+  }
   void await_bucket(std::size_t g);
   void post_bucket(int shard);
   void await_sends();
