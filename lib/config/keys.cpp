@@ -84,16 +84,18 @@ std::vector<KeySpec> make_key_specs() {
                   "cnn, mlp, logreg: weight normalization in every layer (the resnets use batch "
                   "norm; custom layers set weight_norm per conv / fc)."),
       SYNCOPT_KEY(model, mlp_hidden, int_from(1), "", "mlp: hidden units."),
-      SYNCOPT_KEY(model, layers, no_range(), "model.name = custom",
-                  "custom: the layers in order, as [[model.layers]] tables (or an inline array "
-                  "of tables); each reads the previous layer's output. Types and attributes "
-                  "(docs/models.md): conv (out, kernel = 3, stride = 1, pad = 0, bias = true, "
-                  "weight_norm = false); bn (eps = 1e-5); relu; add (from = an earlier layer's "
-                  "name or \"input\", shortcut = identity | projection: a 1x1 conv and bn on "
-                  "the shortcut when the shapes differ); maxpool and avgpool (kernel = 2, stride "
-                  "= kernel, pad = 0); gap (global average pooling); fc (out = the class count, "
-                  "bias, weight_norm); dropout (rate = 0.5); flatten. Every layer takes a name "
-                  "(default: type and position, e.g. relu4)."),
+      SYNCOPT_KEY(
+          model, layers, no_range(), "model.name = custom",
+          "custom: the layers in order, as [[model.layers]] tables (or an inline array "
+          "of tables); each reads the previous layer's output. Types and attributes "
+          "(docs/models.md): conv (out, kernel = 3, stride = 1, pad = 0, bias = true, "
+          "weight_norm = false); bn (eps = 1e-5); relu; add (from = an earlier layer's "
+          "name or \"input\", shortcut = identity | projection: a 1x1 conv and bn on "
+          "the shortcut when the shapes differ); maxpool and avgpool (kernel = 2, stride "
+          "= kernel, pad = 0); gap (global average pooling); fc (out = the class count, "
+          "bias, weight_norm); dropout (rate = 0.5); flatten; gelu (x Phi(x), the exact erf "
+          "form). Every layer takes a name "
+          "(default: type and position, e.g. relu4)."),
       // [optim]
       SYNCOPT_KEY(optim, name, no_range(), "", "Optimizer, both with momentum."),
       SYNCOPT_KEY(optim, lr, above(0), "",

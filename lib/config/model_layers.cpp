@@ -21,23 +21,6 @@ using detail::toml_float;
 using detail::toml_string;
 using nn::LayerType;
 
-// The attributes each layer type takes besides `type` and `name`.
-const std::vector<std::string_view>& attributes_of(LayerType type) {
-  static const std::vector<std::vector<std::string_view>> kAttrs = {
-      {"out", "kernel", "stride", "pad", "bias", "weight_norm"},  // conv
-      {"eps"},                                                    // bn
-      {},                                                         // relu
-      {"from", "shortcut"},                                       // add
-      {"kernel", "stride", "pad"},                                // maxpool
-      {"kernel", "stride", "pad"},                                // avgpool
-      {},                                                         // gap
-      {"out", "bias", "weight_norm"},                             // fc
-      {"rate"},                                                   // dropout
-      {},                                                         // flatten
-  };
-  return kAttrs[static_cast<std::size_t>(type)];
-}
-
 // The type a misspelt or foreign type name most likely means: the closest
 // of our names, or of names other tools use for them ("batchnorm", "linear").
 std::string_view suggest_type(std::string_view word) {
@@ -105,7 +88,7 @@ class LayerReader {
     d.type = *parsed;
     m_type = *parsed;
     m_name = d.name;
-    const auto& allowed = attributes_of(d.type);
+    const auto allowed = nn::layer_attributes(d.type);
     for (auto&& [key_node, value] : *table) {
       const std::string_view key = key_node.str();
       if (key == "type" || key == "name") continue;
@@ -137,11 +120,11 @@ class LayerReader {
   }
 
   void unknown_attribute(std::string_view key) {
-    const auto& allowed = attributes_of(*m_type);
+    const auto allowed = nn::layer_attributes(*m_type);
     std::vector<std::string_view> all = allowed;
     all.push_back("name");
     for (std::size_t t = 0; t < nn::layer_type_names().size(); ++t) {
-      const auto& others = attributes_of(static_cast<LayerType>(t));
+      const auto others = nn::layer_attributes(static_cast<LayerType>(t));
       if (std::find(others.begin(), others.end(), key) != others.end()) {
         std::string msg = "'";  // built in steps: GCC 12 warns falsely on "..." + string&&
         msg += key;
@@ -277,7 +260,7 @@ std::string layers_toml(const std::vector<nn::LayerDesc>& layers) {
   for (const nn::LayerDesc& d : layers) {
     std::string t = "  { type = " + quoted(nn::layer_type_name(d.type));
     if (!d.name.empty()) t += ", name = " + quoted(d.name);
-    for (const std::string_view key : attributes_of(d.type)) {
+    for (const std::string_view key : nn::layer_attributes(d.type)) {
       if (key == "out" && d.out != defaults.out) t += ", out = " + std::to_string(d.out);
       if (key == "kernel" && d.kernel != defaults.kernel) {
         t += ", kernel = " + std::to_string(d.kernel);
@@ -305,7 +288,7 @@ std::string layers_toml(const std::vector<nn::LayerDesc>& layers) {
 std::string layers_reference() {
   std::string out;
   for (std::size_t t = 0; t < nn::layer_type_names().size(); ++t) {
-    const auto& attrs = attributes_of(static_cast<LayerType>(t));
+    const auto attrs = nn::layer_attributes(static_cast<LayerType>(t));
     out += std::string(nn::layer_type_names()[t]) + " (" +
            (attrs.empty() ? std::string("-") : join(attrs, ", ")) + ")";
     if (t + 1 < nn::layer_type_names().size()) out += "; ";

@@ -27,9 +27,6 @@ namespace syncopt::nn {
 
 namespace {
 
-const std::vector<std::string_view> kTypeNames = {"conv",    "bn",  "relu", "add",     "maxpool",
-                                                  "avgpool", "gap", "fc",   "dropout", "flatten"};
-
 std::int64_t numel(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
   for (const std::int64_t d : shape) n *= d;
@@ -156,6 +153,10 @@ class Builder {
       case LayerType::kRelu:
         n.out = in;
         n.flops = numel(in);
+        break;
+      case LayerType::kGelu:  // erf and a few multiply-adds per element
+        n.out = in;
+        n.flops = 8 * numel(in);
         break;
       case LayerType::kDropout:
         if (!(desc.rate >= 0.0 && desc.rate < 1.0)) {
@@ -578,19 +579,6 @@ std::string describe_node(const Graph& g, const Node& n) {
 }
 
 }  // namespace
-
-const std::vector<std::string_view>& layer_type_names() { return kTypeNames; }
-
-std::string_view layer_type_name(LayerType type) {
-  return kTypeNames[static_cast<std::size_t>(type)];
-}
-
-std::optional<LayerType> layer_type_from_name(std::string_view name) {
-  for (std::size_t i = 0; i < kTypeNames.size(); ++i) {
-    if (kTypeNames[i] == name) return static_cast<LayerType>(i);
-  }
-  return std::nullopt;
-}
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string out;

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../common/layer_cases.hpp"
 #include "common/error.hpp"
 #include "nn/backend.hpp"
 #include "nn/cpu_network.hpp"
@@ -25,6 +26,12 @@
 namespace nn = syncopt::nn;
 namespace app = syncopt::app;
 using nn::LayerType;
+using syncopt::test::add;
+using syncopt::test::conv;
+using syncopt::test::fc;
+using syncopt::test::graph_of;
+using syncopt::test::layer;
+using syncopt::test::pool;
 
 namespace {
 
@@ -236,62 +243,6 @@ void check_graph(const nn::Graph& graph, int batch, std::uint64_t seed, const st
   }
 }
 
-nn::LayerDesc layer(LayerType type, const std::string& name = "") {
-  nn::LayerDesc d;
-  d.type = type;
-  d.name = name;
-  return d;
-}
-
-nn::LayerDesc conv(const std::string& name, std::int64_t out, std::int64_t k, std::int64_t s,
-                   std::int64_t p, bool bias = true, bool wn = false) {
-  nn::LayerDesc d = layer(LayerType::kConv, name);
-  d.out = out;
-  d.kernel = k;
-  d.stride = s;
-  d.pad = p;
-  d.bias = bias;
-  d.weight_norm = wn;
-  return d;
-}
-
-nn::LayerDesc fc(const std::string& name, std::int64_t out, bool bias = true, bool wn = false) {
-  nn::LayerDesc d = layer(LayerType::kFc, name);
-  d.out = out;
-  d.bias = bias;
-  d.weight_norm = wn;
-  return d;
-}
-
-nn::LayerDesc pool(LayerType type, std::int64_t k, std::int64_t s, std::int64_t p) {
-  nn::LayerDesc d = layer(type);
-  d.kernel = k;
-  d.stride = s;
-  d.pad = p;
-  return d;
-}
-
-nn::LayerDesc add(const std::string& from, nn::Shortcut shortcut = nn::Shortcut::kIdentity) {
-  nn::LayerDesc d = layer(LayerType::kAdd);
-  d.from = from;
-  d.shortcut = shortcut;
-  return d;
-}
-
-// A graph of `layers` on a C x H x W input; its output is the "logits",
-// whatever their count (classes = 0: unchecked).
-nn::Graph graph_of(std::int64_t c, std::int64_t h, std::int64_t w,
-                   std::vector<nn::LayerDesc> layers, std::int64_t classes = 0) {
-  nn::GraphSpec s;
-  s.name = "test";
-  s.channels = c;
-  s.height = h;
-  s.width = w;
-  s.classes = classes;
-  s.layers = std::move(layers);
-  return nn::build_graph(s);
-}
-
 nn::ModelSpec model(const std::string& name, bool wn) {
   nn::ModelSpec s;
   const auto it = std::find_if(nn::kBuiltinNames.begin(), nn::kBuiltinNames.end(),
@@ -498,84 +449,15 @@ TEST_CASE("softmax cross-entropy and relu vs finite differences (double)", "[nn]
 
 TEST_CASE("layer gradients (oneDNN) vs finite differences", "[nn]") {
   using T = LayerType;
-  SECTION("conv3x3 with weight norm and fused relu") {
-    check_graph(graph_of(2, 5, 5, {conv("c", 3, 3, 1, 1, true, true), layer(T::kRelu)}), 2, 11,
-                "conv");
+  // Every row of the shared table of layer cases (tests/common/layer_cases.hpp).
+  for (const syncopt::test::LayerCase& c : syncopt::test::layer_cases()) {
+    DYNAMIC_SECTION(c.name) { check_graph(c.graph, c.batch, c.seed, c.kind); }
   }
-  SECTION("conv3x3 without weight norm, no relu, 8-channel blocked input") {
-    check_graph(graph_of(8, 4, 4, {conv("c", 8, 3, 1, 1)}), 2, 12, "conv");
-  }
-  SECTION("conv3x3 weight norm, 1 channel (the first cnn layer)") {
-    check_graph(graph_of(1, 6, 6, {conv("c", 4, 3, 1, 1, true, true)}), 2, 13, "conv");
-  }
-  SECTION("conv 5x5 stride 2 pad 2 without bias, 16 channels") {
-    check_graph(graph_of(16, 7, 7, {conv("c", 16, 5, 2, 2, false)}), 2, 31, "conv");
-  }
-  SECTION("conv 1x1 stride 2 (a projection), weight norm") {
-    check_graph(graph_of(4, 5, 5, {conv("c", 8, 1, 2, 0, false, true)}), 2, 32, "conv");
-  }
-  SECTION("max-pool 2x2") {
-    check_graph(graph_of(3, 4, 6, {pool(T::kMaxPool, 2, 2, 0)}), 2, 14, "maxpool");
-  }
-  SECTION("max-pool 3x3 stride 2 pad 1 on 16 blocked channels") {
-    check_graph(graph_of(16, 5, 5, {pool(T::kMaxPool, 3, 2, 1)}), 2, 33, "maxpool");
-  }
-  SECTION("average pooling 3x3 stride 2 pad 1 (padding counts)") {
-    check_graph(graph_of(3, 5, 6, {pool(T::kAvgPool, 3, 2, 1)}), 2, 34, "avgpool");
-  }
-  SECTION("average pooling 2x2 on 16 channels") {
-    check_graph(graph_of(16, 4, 4, {pool(T::kAvgPool, 2, 2, 0)}), 2, 35, "avgpool");
-  }
-  SECTION("global average pooling") {
-    check_graph(graph_of(16, 3, 5, {layer(T::kGlobalAvgPool)}), 3, 36, "gap");
-  }
-  SECTION("batch norm on images") {
-    check_graph(graph_of(16, 3, 3, {layer(T::kBatchNorm)}), 3, 37, "bn");
-  }
-  SECTION("batch norm with a fused relu, 3 channels") {
-    check_graph(graph_of(3, 4, 3, {layer(T::kBatchNorm), layer(T::kRelu)}), 2, 38, "bn");
-  }
-  SECTION("batch norm with a fused relu on 16 blocked channels after a conv") {
-    check_graph(
-        graph_of(3, 4, 4, {conv("c", 16, 3, 1, 1, false), layer(T::kBatchNorm), layer(T::kRelu)}),
-        3, 47, "bn");
-  }
-  SECTION("batch norm of an fc's vector output") {
-    check_graph(graph_of(2, 3, 3, {fc("f", 6), layer(T::kBatchNorm)}), 4, 39, "bn");
-  }
-  SECTION("relu") { check_graph(graph_of(2, 3, 3, {layer(T::kRelu)}), 2, 15, "relu"); }
-  SECTION("relu on 16 blocked channels after a conv read twice (not fused)") {
-    check_graph(graph_of(16, 3, 3, {conv("c", 16, 3, 1, 1), layer(T::kRelu, "r"), add("c")}), 2, 40,
-                "relu");
-  }
-  SECTION("fc with weight norm and fused relu") {
-    check_graph(graph_of(3, 2, 2, {fc("f", 5, true, true), layer(T::kRelu)}), 3, 16, "fc");
-  }
-  SECTION("fc without weight norm") { check_graph(graph_of(1, 1, 7, {fc("f", 4)}), 3, 17, "fc"); }
-  SECTION("fc without bias, on a blocked image") {
-    check_graph(graph_of(16, 2, 2, {conv("c", 16, 1, 1, 0), fc("f", 3, false)}), 2, 41, "fc");
-  }
-  SECTION("dropout (a fixed key)") {
-    nn::LayerDesc d = layer(T::kDropout);
-    d.rate = 0.3;
-    check_graph(graph_of(2, 3, 4, {d}), 3, 42, "dropout");
-  }
-  SECTION("flatten then dropout then fc (the flatten stays a layer)") {
-    nn::LayerDesc d = layer(T::kDropout);
-    d.rate = 0.25;
-    const nn::Graph g =
-        graph_of(16, 3, 3, {conv("c", 16, 3, 1, 1), layer(T::kFlatten), d, fc("f", 4)});
+  SECTION("a flatten read by dropout stays a layer") {
+    const nn::Graph g = graph_of(
+        16, 3, 3,
+        {conv("c", 16, 3, 1, 1), layer(T::kFlatten), syncopt::test::dropout(0.25), fc("f", 4)});
     CHECK(g.nodes[1].type == T::kFlatten);
-    check_graph(g, 2, 43, "flatten");
-  }
-  SECTION("residual add, identity shortcut, fused relu") {
-    check_graph(graph_of(8, 4, 4,
-                         {conv("c1", 8, 3, 1, 1), layer(T::kRelu, "r1"), conv("c2", 8, 3, 1, 1),
-                          add("r1"), layer(T::kRelu)}),
-                2, 44, "add");
-  }
-  SECTION("residual add of the input itself") {
-    check_graph(graph_of(3, 3, 3, {conv("c1", 3, 3, 1, 1), add("input")}), 2, 45, "add");
   }
   SECTION("residual block with a projection shortcut (stride 2, 8 -> 16 channels)") {
     nn::LayerDesc a = add("in", nn::Shortcut::kProjection);
@@ -597,13 +479,6 @@ TEST_CASE("layer gradients (oneDNN) vs finite differences", "[nn]") {
     }
     CHECK(has_proj);
     check_graph(g, 3, 46, "residual block + projection");
-  }
-  SECTION("conv - relu - pool - conv - pool - fc chain on blocked layouts") {
-    check_graph(graph_of(3, 8, 8,
-                         {conv("c1", 8, 3, 1, 1), layer(T::kRelu), pool(T::kMaxPool, 2, 2, 0),
-                          conv("c2", 16, 3, 1, 1), layer(T::kRelu), pool(T::kMaxPool, 2, 2, 0),
-                          fc("f", 5)}),
-                2, 18, "chain");
   }
 }
 

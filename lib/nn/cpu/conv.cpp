@@ -1,0 +1,164 @@
+// Convolution (oneDNN's direct convolution): forward, backward-weights and,
+// when its input needs a gradient, backward-data. Layouts: the input as it
+// comes and oneDNN's choice (format_tag::any) for the output, unless that
+// or the backward it implies has only a reference implementation (below).
+// The weights' handling is weighted.cpp's.
+#include <tuple>
+
+#include "nn/cpu/kinds.hpp"
+
+namespace syncopt::nn::cpu::conv {
+
+namespace {
+
+using Fwd = dnnl::convolution_forward;
+using BwdWeights = dnnl::convolution_backward_weights;
+using BwdData = dnnl::convolution_backward_data;
+
+// Picks the conv layouts (forward primitive desc and the diff_dst layout
+// and src of backward-weights): the input as it comes and oneDNN's choice
+// (format_tag::any) for the output, or for both, unless that, or the
+// backward it implies, has only a reference implementation. That is the
+// case of the first conv of a 1- or 3-channel NCHW input on AVX2: there the
+// blocked forward exists but its blocked-diff_dst backward-weights does
+// not; the NHWC one does, so backward-weights gets its own reorders of src
+// and diff_dst (cheaper than running the following max-pool on NHWC, which
+// is 1.5x slower than on nChw8c).
+class Chooser {
+ public:
+  Chooser(Context& cx, const NodeInfo& info, const memory::dims& in_dims,
+          const memory::dims& out_dims, const dnnl::primitive_attr& attr, bool need_data)
+      : m_cx(cx),
+        m_info(info),
+        m_attr(attr),
+        m_need_data(need_data),
+        m_w_any(any_desc(info.w_dims)),
+        m_b_md(info.node->bias >= 0 ? plain_desc({info.node->units}) : memory::desc()),
+        m_in_dims(in_dims),
+        m_out_dims(out_dims) {}
+
+  std::tuple<Fwd::primitive_desc, memory::desc, memory::desc> choose(const memory::desc& in_md) {
+    const memory::desc nhwc_in(m_in_dims, Dt::f32, Tag::nhwc);
+    const memory::desc nhwc_out(m_out_dims, Dt::f32, Tag::nhwc);
+    const std::pair<memory::desc, memory::desc> candidates[] = {
+        {in_md, any_desc(m_out_dims)},
+        {any_desc(m_in_dims), any_desc(m_out_dims)},
+        {in_md, nhwc_out},
+        {nhwc_in, nhwc_out},
+        {in_md, plain_desc(m_out_dims)},
+    };
+    for (const auto& [src_md, dst_md] : candidates) {
+      try {
+        auto pd = make(src_md, dst_md);
+        if (is_reference(pd) || !fast_data(pd)) continue;
+        if (fast_weights(pd, pd.src_desc(), pd.dst_desc())) {
+          return {pd, pd.src_desc(), pd.dst_desc()};
+        }
+        if (fast_weights(pd, pd.src_desc(), nhwc_out)) return {pd, pd.src_desc(), nhwc_out};
+        if (fast_weights(pd, nhwc_in, nhwc_out)) return {pd, nhwc_in, nhwc_out};
+      } catch (const dnnl::error&) {
+        // this combination is not implemented at all: try the next
+      }
+    }
+    auto pd = make(any_desc(m_in_dims), any_desc(m_out_dims));
+    return {pd, pd.src_desc(), pd.dst_desc()};
+  }
+
+ private:
+  Fwd::primitive_desc make(const memory::desc& src_md, const memory::desc& dst_md) const {
+    const Fwd::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                      src_md, m_w_any, m_b_md, dst_md, m_info.strides, m_info.pad_l, m_info.pad_r);
+    return Fwd::primitive_desc(d, m_attr, m_cx.engine);
+  }
+  bool fast_weights(const Fwd::primitive_desc& fpd, const memory::desc& src_md,
+                    const memory::desc& diff_dst_md) const {
+    const BwdWeights::desc wd(dnnl::algorithm::convolution_direct, src_md, m_w_any, m_b_md,
+                              diff_dst_md, m_info.strides, m_info.pad_l, m_info.pad_r);
+    return !is_reference(BwdWeights::primitive_desc(wd, m_cx.engine, fpd));
+  }
+  bool fast_data(const Fwd::primitive_desc& fpd) const {
+    if (!m_need_data) return true;
+    const BwdData::desc dd(dnnl::algorithm::convolution_direct, fpd.src_desc(), m_w_any,
+                           fpd.dst_desc(), m_info.strides, m_info.pad_l, m_info.pad_r);
+    return !is_reference(BwdData::primitive_desc(dd, m_cx.engine, fpd));
+  }
+
+  Context& m_cx;
+  const NodeInfo& m_info;
+  const dnnl::primitive_attr& m_attr;
+  bool m_need_data;
+  memory::desc m_w_any, m_b_md;
+  memory::dims m_in_dims, m_out_dims;
+};
+
+}  // namespace
+
+bool plan_forward(Context& cx, Plan& plan, std::size_t j, Arena& arena) {
+  const NodeInfo& info = cx.infos[j];
+  const Node& node = *info.node;
+  NodePlan& np = plan.nodes[j];
+  const memory& in = cx.tensor(plan, node.inputs[0]);
+  const dnnl::primitive_attr attr = make_attr(node.relu);
+  // Backward-data runs unless the input is the images (and no dL/dimages
+  // is asked for); a forward pass alone plans as if it ran.
+  const bool need_data = node.inputs[0] != kGraphInput;
+  Chooser chooser(cx, info, with_batch(plan.batch, node.in), with_batch(plan.batch, node.out), attr,
+                  need_data);
+  std::tie(np.conv_pd, np.bwd_w_src_md, np.bwd_w_diff_dst_md) = chooser.choose(in.get_desc());
+  Context::note_scratch(plan, np.conv_pd);
+  plan.t[j] = arena.take(np.conv_pd.dst_desc());
+  weighted::plan_forward_weights(cx, plan, j, np.conv_pd.src_desc(), np.conv_pd.weights_desc());
+  np.fwd = Exec{Fwd(np.conv_pd),
+                {{DNNL_ARG_SRC, np.src}, {DNNL_ARG_WEIGHTS, np.w_fwd}, {DNNL_ARG_DST, plan.t[j]}},
+                node.name + " fwd: " + np.conv_pd.impl_info_str()};
+  if (node.bias >= 0) np.fwd->args[DNNL_ARG_BIAS] = np.bias;
+  return false;
+}
+
+void plan_backward(Context& cx, Plan& plan, std::size_t j) {
+  const dnnl::primitive_attr attr = make_attr(false);
+  const NodeInfo& info = cx.infos[j];
+  const Node& node = *info.node;
+  NodePlan& np = plan.nodes[j];
+  const std::string& name = node.name;
+  const memory::desc b_md = node.bias >= 0 ? plain_desc({node.units}) : memory::desc();
+  const auto& fpd = np.conv_pd;
+  const BwdWeights::desc wd(dnnl::algorithm::convolution_direct, np.bwd_w_src_md,
+                            any_desc(info.w_dims), b_md, np.bwd_w_diff_dst_md, info.strides,
+                            info.pad_l, info.pad_r);
+  const BwdWeights::primitive_desc wpd(wd, attr, cx.engine, fpd);
+  Context::note_scratch(plan, wpd);
+  weighted::plan_weight_grads(cx, plan, j, wpd.diff_weights_desc());
+  np.src_w = np.src;
+  if (wpd.src_desc() != np.src.get_desc()) {
+    np.src_w = memory(wpd.src_desc(), cx.engine);
+    np.src_w_reorder = cx.make_reorder(plan, np.src, np.src_w, name + " input reorder (bwd)");
+  }
+  np.diff_dst_w = plan.d[j];
+  if (wpd.diff_dst_desc() != plan.d[j].get_desc()) {
+    np.diff_dst_w = memory(wpd.diff_dst_desc(), cx.engine);
+    np.diff_dst_w_reorder =
+        cx.make_reorder(plan, plan.d[j], np.diff_dst_w, name + " doutput reorder");
+  }
+  np.bwd_weights = Exec{BwdWeights(wpd),
+                        {{DNNL_ARG_SRC, np.src_w},
+                         {DNNL_ARG_DIFF_DST, np.diff_dst_w},
+                         {DNNL_ARG_DIFF_WEIGHTS, np.dw}},
+                        name + " bwd weights: " + wpd.impl_info_str()};
+  if (node.bias >= 0) np.bwd_weights->args[DNNL_ARG_DIFF_BIAS] = np.diff_bias;
+  if (!cx.wants_grad(plan, j, 0)) return;
+  const BwdData::desc dd(dnnl::algorithm::convolution_direct, fpd.src_desc(), any_desc(info.w_dims),
+                         fpd.dst_desc(), info.strides, info.pad_l, info.pad_r);
+  const BwdData::primitive_desc dpd(dd, attr, cx.engine, fpd);
+  Context::note_scratch(plan, dpd);
+  weighted::plan_backward_weights(cx, plan, j, dpd.weights_desc());
+  GradTransfer dl = cx.plan_delivery(plan, j, 0, np.src.get_desc());
+  np.bwd = Exec{BwdData(dpd),
+                {{DNNL_ARG_DIFF_DST, plan.d[j]},
+                 {DNNL_ARG_WEIGHTS, np.w_bwd},
+                 {DNNL_ARG_DIFF_SRC, dl.target}},
+                name + " bwd data: " + dpd.impl_info_str()};
+  np.deliveries.push_back(std::move(dl));
+}
+
+}  // namespace syncopt::nn::cpu::conv
