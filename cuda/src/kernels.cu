@@ -77,6 +77,29 @@ __global__ void add_act_kernel(const float* a, const float* b, std::size_t n, bo
   }
 }
 
+// GELU, exact form: y = x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2;
+// dy/dx = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi). In float,
+// as oneDNN's gelu_erf on the CPU.
+__global__ void gelu_forward_kernel(const float* x, std::size_t n, float* y) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  }
+}
+
+__global__ void gelu_backward_kernel(const float* x, const float* dy, std::size_t n, float* dx,
+                                     bool accumulate) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float v = x[i];
+    const float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
+    const float g = dy[i] * (cdf + v * pdf);
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
 __global__ void accumulate_kernel(float* dst, const float* src, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
@@ -368,6 +391,19 @@ void add_act_forward(const float* a, const float* b, std::size_t n, bool relu, f
   if (n == 0) return;
   add_act_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, n, relu, y);
   check_launch("add_act_kernel");
+}
+
+void gelu_forward(const float* x, std::size_t n, float* y, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, y);
+  check_launch("gelu_forward_kernel");
+}
+
+void gelu_backward(const float* x, const float* dy, std::size_t n, float* dx, bool accumulate,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, n, dx, accumulate);
+  check_launch("gelu_backward_kernel");
 }
 
 void accumulate(float* dst, const float* src, std::size_t n, cudaStream_t stream) {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/layer_cases.hpp"
 #include "nn/backend.hpp"
 #include "nn/cpu_network.hpp"
 #include "nn/dropout.hpp"
@@ -37,6 +38,13 @@ namespace nn = syncopt::nn;
 namespace cu = syncopt::cuda;
 namespace optim = syncopt::optim;
 using nn::LayerType;
+using syncopt::test::add;
+using syncopt::test::conv;
+using syncopt::test::dropout;
+using syncopt::test::fc;
+using syncopt::test::graph_of;
+using syncopt::test::layer;
+using syncopt::test::pool;
 
 namespace {
 
@@ -79,66 +87,6 @@ double rel_err(const float* a, const float* b, std::size_t begin, std::size_t en
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
   return rel_err(a.data(), b.data(), 0, a.size());
-}
-
-nn::LayerDesc layer(LayerType type, const std::string& name = "") {
-  nn::LayerDesc d;
-  d.type = type;
-  d.name = name;
-  return d;
-}
-
-nn::LayerDesc conv(const std::string& name, std::int64_t out, std::int64_t k, std::int64_t s,
-                   std::int64_t p, bool bias = true, bool wn = false) {
-  nn::LayerDesc d = layer(LayerType::kConv, name);
-  d.out = out;
-  d.kernel = k;
-  d.stride = s;
-  d.pad = p;
-  d.bias = bias;
-  d.weight_norm = wn;
-  return d;
-}
-
-nn::LayerDesc fc(const std::string& name, std::int64_t out, bool bias = true, bool wn = false) {
-  nn::LayerDesc d = layer(LayerType::kFc, name);
-  d.out = out;
-  d.bias = bias;
-  d.weight_norm = wn;
-  return d;
-}
-
-nn::LayerDesc pool(LayerType type, std::int64_t k, std::int64_t s, std::int64_t p) {
-  nn::LayerDesc d = layer(type);
-  d.kernel = k;
-  d.stride = s;
-  d.pad = p;
-  return d;
-}
-
-nn::LayerDesc add(const std::string& from, nn::Shortcut shortcut = nn::Shortcut::kIdentity) {
-  nn::LayerDesc d = layer(LayerType::kAdd);
-  d.from = from;
-  d.shortcut = shortcut;
-  return d;
-}
-
-nn::LayerDesc dropout(double rate) {
-  nn::LayerDesc d = layer(LayerType::kDropout);
-  d.rate = rate;
-  return d;
-}
-
-nn::Graph graph_of(std::int64_t c, std::int64_t h, std::int64_t w,
-                   std::vector<nn::LayerDesc> layers) {
-  nn::GraphSpec s;
-  s.name = "test";
-  s.channels = c;
-  s.height = h;
-  s.width = w;
-  s.classes = 0;  // the last node's outputs are the logits, whatever their count
-  s.layers = std::move(layers);
-  return nn::build_graph(s);
 }
 
 // Deterministic algorithms (cuDNN's heuristics, no timing): fast to plan.
@@ -263,77 +211,15 @@ void compare_graph(const nn::Graph& g, std::uint64_t seed, const Compare& c = {}
 }  // namespace
 
 TEST_CASE("cuda graph: each layer kind equals the CPU backend", "[cuda][graph]") {
-  using T = LayerType;
-  SECTION("conv3x3 with weight norm and fused relu") {
-    compare_graph(graph_of(2, 5, 5, {conv("c", 3, 3, 1, 1, true, true), layer(T::kRelu)}), 11);
-  }
-  SECTION("conv 5x5 stride 2 pad 2 without bias, 16 channels") {
-    compare_graph(graph_of(16, 7, 7, {conv("c", 16, 5, 2, 2, false)}), 31);
-  }
-  SECTION("conv 1x1 stride 2 (a projection), weight norm") {
-    compare_graph(graph_of(4, 5, 5, {conv("c", 8, 1, 2, 0, false, true)}), 32);
-  }
-  SECTION("conv 3x3 stride 2 pad 0 on an even image (a row and a column in no window)") {
-    compare_graph(graph_of(3, 6, 6, {conv("c", 4, 3, 2, 0)}), 33);
-  }
-  SECTION("max-pool 2x2 on an odd image") {
-    compare_graph(graph_of(3, 5, 7, {pool(T::kMaxPool, 2, 2, 0)}), 14);
-  }
-  SECTION("max-pool 3x3 stride 2 pad 1 on 16 channels") {
-    compare_graph(graph_of(16, 5, 5, {pool(T::kMaxPool, 3, 2, 1)}), 34);
-  }
-  SECTION("average pooling 3x3 stride 2 pad 1 (padding counts)") {
-    compare_graph(graph_of(3, 5, 6, {pool(T::kAvgPool, 3, 2, 1)}), 35);
-  }
-  SECTION("average pooling 2x2 stride 3 (gaps between windows)") {
-    compare_graph(graph_of(2, 7, 7, {pool(T::kAvgPool, 2, 3, 0)}), 36);
-  }
-  SECTION("global average pooling") {
-    compare_graph(graph_of(16, 3, 5, {layer(T::kGlobalAvgPool)}), 37);
-  }
-  SECTION("batch norm on images (the images' gradient through it)") {
-    compare_graph(graph_of(16, 3, 3, {layer(T::kBatchNorm)}), 38);
-  }
-  SECTION("batch norm with a fused relu after a conv") {
-    compare_graph(
-        graph_of(3, 4, 4, {conv("c", 16, 3, 1, 1, false), layer(T::kBatchNorm), layer(T::kRelu)}),
-        39, {4});
-  }
-  SECTION("batch norm of an fc's vector output") {
-    compare_graph(graph_of(2, 3, 3, {fc("f", 6), layer(T::kBatchNorm)}), 40, {5});
-  }
-  SECTION("relu") { compare_graph(graph_of(2, 3, 3, {layer(T::kRelu)}), 15); }
-  SECTION("relu of a conv read twice (not fused; the conv's gradient is a sum)") {
-    compare_graph(graph_of(16, 3, 3, {conv("c", 16, 3, 1, 1), layer(T::kRelu, "r"), add("c")}), 41);
-  }
-  SECTION("fc with weight norm and fused relu") {
-    compare_graph(graph_of(3, 2, 2, {fc("f", 5, true, true), layer(T::kRelu)}), 16);
-  }
-  SECTION("fc without bias, on an image") {
-    compare_graph(graph_of(16, 2, 2, {conv("c", 16, 1, 1, 0), fc("f", 3, false)}), 42);
-  }
-  SECTION("dropout on the images (a fixed key)") {
-    compare_graph(graph_of(2, 3, 4, {dropout(0.3)}), 43);
-  }
-  SECTION("dropout after a conv, keyed by the batch's hash") {
-    Compare c;
-    c.dropout_key = std::nullopt;
-    compare_graph(graph_of(16, 3, 3, {conv("c", 16, 3, 1, 1), dropout(0.5), fc("f", 4)}), 44, c);
-  }
-  SECTION("flatten then dropout then fc (the flatten stays a node)") {
-    const nn::Graph g =
-        graph_of(16, 3, 3, {conv("c", 16, 3, 1, 1), layer(T::kFlatten), dropout(0.25), fc("f", 4)});
-    REQUIRE(g.nodes[1].type == T::kFlatten);
-    compare_graph(g, 45);
-  }
-  SECTION("residual add, identity shortcut, fused relu") {
-    compare_graph(graph_of(8, 4, 4,
-                           {conv("c1", 8, 3, 1, 1), layer(T::kRelu, "r1"), conv("c2", 8, 3, 1, 1),
-                            add("r1"), layer(T::kRelu)}),
-                  46);
-  }
-  SECTION("residual add of the images themselves") {
-    compare_graph(graph_of(3, 3, 3, {conv("c1", 3, 3, 1, 1), add("input")}), 47);
+  // Every row of the shared table of layer cases (tests/common/layer_cases.hpp),
+  // the CPU backend's finite-difference cases.
+  for (const syncopt::test::LayerCase& lc : syncopt::test::layer_cases()) {
+    DYNAMIC_SECTION(lc.name) {
+      Compare c;
+      c.batch = lc.batch;
+      if (lc.hash_key) c.dropout_key = std::nullopt;
+      compare_graph(lc.graph, lc.seed, c);
+    }
   }
 }
 
@@ -452,5 +338,73 @@ TEST_CASE("cuda graph: one host wait per device step with batch norm and dropout
     gpu->train_step_device(d_params.get(), x.data(), y.data(), batch, d_grad.get(), &finite);
     CHECK(cu::host_wait_count() - waits == 1);
     CHECK(finite);
+  }
+}
+
+namespace {
+
+// Hooks that log the offsets asked for and reported, and at each report
+// copy the gradient's final range, so that a bucket reported before its
+// values are in the caller's buffer shows.
+class RecordingHooks final : public nn::StepHooks {
+ public:
+  RecordingHooks(std::size_t count, const float* grad) : StepHooks(count), m_grad(grad) {}
+  void need_params(std::size_t offset, std::size_t count) override {
+    log.push_back("need " + std::to_string(offset) + "+" + std::to_string(count));
+  }
+  void grads_ready(std::size_t offset, float loss) override {
+    log.push_back("ready " + std::to_string(offset));
+    seen.assign(m_grad + offset, m_grad + param_count());
+    at_ready.push_back({offset, seen});
+    losses.push_back(loss);
+  }
+  std::vector<std::string> log;
+  std::vector<float> seen, losses;
+  std::vector<std::pair<std::size_t, std::vector<float>>> at_ready;
+
+ private:
+  const float* m_grad;
+};
+
+}  // namespace
+
+TEST_CASE("cuda graph: the staged step equals train_step and asks as the CPU backend does",
+          "[cuda][graph][staged]") {
+  // ResNet-20 at 8x8 (batch norm, projections, shared gradient buffers) and
+  // the reference CNN; deterministic algorithms, so that the two steps can
+  // be compared bit for bit (the staged path changes when bytes move, not
+  // which kernels run).
+  for (const nn::Builtin b : {nn::Builtin::kResnet20, nn::Builtin::kCnn}) {
+    nn::ModelSpec spec;
+    spec.model = b;
+    if (b == nn::Builtin::kResnet20) spec.height = spec.width = 8;
+    const nn::Graph g = nn::model_graph(spec);
+    DYNAMIC_SECTION(g.name) {
+      const int batch = 4;
+      auto gpu = gpu_network(g, batch);
+      nn::cpu::CpuNetwork cpu(g, batch, 0);
+      std::vector<float> params(g.layout.count);
+      nn::init_params(g, params.data(), 9);
+      const std::size_t per = static_cast<std::size_t>(g.input[0] * g.input[1] * g.input[2]);
+      const auto x = normal_floats(per * batch, 10);
+      const auto y = labels_for(batch, g.outputs, 11);
+      std::vector<float> whole(g.layout.count), staged(g.layout.count, 7.0f),
+          cpu_grad(g.layout.count);
+      const float l_whole = gpu->train_step(params.data(), x.data(), y.data(), batch, whole.data());
+      RecordingHooks hooks(g.layout.count, staged.data());
+      const float l_staged =
+          gpu->train_step_staged(params.data(), x.data(), y.data(), batch, staged.data(), hooks);
+      CHECK(l_staged == l_whole);
+      CHECK(staged == whole);  // bit for bit: the same kernels on the same inputs
+      // Each report saw its range final.
+      for (const auto& [offset, values] : hooks.at_ready) {
+        INFO("bucket at " << offset);
+        CHECK(std::equal(values.begin(), values.end(), whole.begin() + offset));
+      }
+      for (const float l : hooks.losses) CHECK(l == l_whole);
+      RecordingHooks cpu_hooks(g.layout.count, cpu_grad.data());
+      cpu.train_step_staged(params.data(), x.data(), y.data(), batch, cpu_grad.data(), cpu_hooks);
+      CHECK(hooks.log == cpu_hooks.log);
+    }
   }
 }

@@ -3,8 +3,8 @@
 // driver too old = an error, never "no device"), when NCCL can serve the
 // ranks of a node (distinct GPU UUIDs, never device counts vs ranks), and
 // how the bias-gradient reduction is cut into blocks (enough of them to
-// fill an H200, within the scratch the network allocates), and how the
-// backward pass of a layer graph delivers gradients (overwrite, add, share).
+// fill an H200, within the scratch the network allocates), and the order
+// in which the staged step asks for parameters and reports gradients.
 #define CATCH_CONFIG_MAIN
 #include <cuda_runtime_api.h>
 
@@ -14,8 +14,8 @@
 
 #include "nn/graph.hpp"
 #include "syncopt_cuda/api.hpp"
-#include "syncopt_cuda/gradient_plan.hpp"
 #include "syncopt_cuda/kernels.hpp"
+#include "syncopt_cuda/staged.hpp"
 
 namespace cu = syncopt::cuda;
 using Status = cu::DeviceProbe::Status;
@@ -113,137 +113,103 @@ TEST_CASE("bias_backward_shape: the reduction fills the GPU and fits its scratch
 
 namespace {
 
-int node_id(const syncopt::nn::Graph& g, const std::string& name) {
-  for (std::size_t j = 0; j < g.nodes.size(); ++j) {
-    if (g.nodes[j].name == name) return static_cast<int>(j);
+// A device for syncopt::cuda::staged_step that logs each operation, and
+// checks what the staged step promises: a layer's forward only after its
+// parameters are uploaded, a bucket reported only once every gradient group
+// at or above its offset is on the host.
+class LogDevice {
+ public:
+  LogDevice(const syncopt::nn::Graph& g, std::vector<std::string>& log)
+      : m_g(g), m_log(log), m_up(g.nodes.size(), false), m_host(g.nodes.size(), false) {}
+  void upload(std::size_t j) {
+    m_up[j] = true;
+    m_log.push_back("upload " + m_g.nodes[j].name);
   }
-  FAIL("no node " << name);
-  return -1;
-}
-
-// The invariants of a gradient plan: every reader of a tensor contributes
-// once; the first contribution in backward order (the highest node, slot 0
-// before slot 1) overwrites or shares, every later one adds; only an add's
-// input 0 that nothing else reads shares, and then it uses the add's buffer;
-// the images take contributions only when their gradient is wanted.
-void check_plan(const syncopt::nn::Graph& g, bool input_grad) {
-  using cu::Delivery;
-  const cu::GradientPlan p = cu::plan_gradients(g, input_grad);
-  REQUIRE(p.into.size() == g.nodes.size());
-  REQUIRE(p.buffer.size() == g.nodes.size());
-  std::vector<int> seen(g.nodes.size(), 0);
-  int input_seen = 0;
-  for (std::size_t j = g.nodes.size(); j-- > 0;) {
-    const syncopt::nn::Node& n = g.nodes[j];
-    for (std::size_t slot = 0; slot < 2; ++slot) {
-      const Delivery d = p.into[j][slot];
-      INFO("node " << n.name << " slot " << slot);
-      if (slot >= n.inputs.size()) {
-        CHECK(d == Delivery::kNone);
-        continue;
-      }
-      const int id = n.inputs[slot];
-      if (id == syncopt::nn::kGraphInput) {
-        if (!input_grad) {
-          CHECK(d == Delivery::kNone);
-        } else {
-          CHECK(d == (input_seen++ == 0 ? Delivery::kWrite : Delivery::kAccumulate));
-        }
-        continue;
-      }
-      const auto k = static_cast<std::size_t>(id);
-      if (seen[k]++ == 0) {
-        CHECK((d == Delivery::kWrite || d == Delivery::kShared));
-      } else {
-        CHECK(d == Delivery::kAccumulate);
-      }
-      if (d == Delivery::kShared) {
-        CHECK(n.type == syncopt::nn::LayerType::kAdd);
-        CHECK(slot == 0);
-        CHECK(g.consumers_count[k] == 1);
-        CHECK(p.buffer[k] == p.buffer[j]);
-      }
+  void forward(std::size_t j) {
+    if (m_g.nodes[j].param_count > 0) CHECK(m_up[j]);
+    m_log.push_back("forward " + m_g.nodes[j].name);
+  }
+  void loss() { m_log.push_back("loss"); }
+  void backward(std::size_t j) { m_log.push_back("backward " + m_g.nodes[j].name); }
+  void download(std::size_t j) { m_log.push_back("download " + m_g.nodes[j].name); }
+  float wait_loss() {
+    m_log.push_back("wait_loss");
+    return 1.5f;
+  }
+  void wait_download(std::size_t j) {
+    m_host[j] = true;
+    m_log.push_back("wait_download " + m_g.nodes[j].name);
+  }
+  void finish() { m_log.push_back("finish"); }
+  // Every group at or above `offset` is on the host.
+  bool on_host_from(std::size_t offset) const {
+    for (std::size_t j = 0; j < m_g.nodes.size(); ++j) {
+      const auto& n = m_g.nodes[j];
+      if (n.param_count > 0 && n.param_offset >= offset && !m_host[j]) return false;
     }
+    return true;
   }
-  for (std::size_t k = 0; k < g.nodes.size(); ++k) {
-    INFO("node " << g.nodes[k].name);
-    CHECK(seen[k] == g.consumers_count[k]);
-    // Every node's buffer is owned by the node itself or a later one that owns it.
-    const int b = p.buffer[k];
-    CHECK(b >= static_cast<int>(k));
-    CHECK(p.buffer[static_cast<std::size_t>(b)] == b);
+
+ private:
+  const syncopt::nn::Graph& m_g;
+  std::vector<std::string>& m_log;
+  std::vector<bool> m_up, m_host;
+};
+
+class CheckHooks final : public syncopt::nn::StepHooks {
+ public:
+  CheckHooks(std::size_t count, std::vector<std::string>& log, const LogDevice*& device)
+      : StepHooks(count), m_log(log), m_device(device) {}
+  void need_params(std::size_t offset, std::size_t count) override {
+    m_log.push_back("need " + std::to_string(offset) + "+" + std::to_string(count));
   }
-}
+  void grads_ready(std::size_t offset, float loss) override {
+    CHECK(loss == 1.5f);
+    CHECK(m_device->on_host_from(offset));
+    m_log.push_back("ready " + std::to_string(offset));
+  }
+
+ private:
+  std::vector<std::string>& m_log;
+  const LogDevice*& m_device;
+};
 
 }  // namespace
 
-TEST_CASE("plan_gradients: sums for tensors read twice, shared buffers for lone add inputs",
+TEST_CASE("staged_step: parameters asked before each upload, buckets only once on the host",
           "[cuda][logic]") {
   namespace nn = syncopt::nn;
-  using cu::Delivery;
   nn::ModelSpec spec;
   spec.model = nn::Builtin::kResnet20;
-  const nn::Graph r20 = nn::model_graph(spec);
-  for (const bool input_grad : {false, true}) {
-    check_plan(r20, input_grad);
-    spec.model = nn::Builtin::kCnn;
-    check_plan(nn::model_graph(spec), input_grad);
+  const nn::Graph g = nn::model_graph(spec);
+  std::vector<std::string> log;
+  LogDevice device(g, log);
+  const LogDevice* dev = &device;
+  CheckHooks hooks(g.layout.count, log, dev);
+  CHECK(cu::staged_step(g, hooks, device) == 1.5f);
+  // The expected sequence: forward with each group asked for, uploaded, run;
+  // the loss; backward with each group's download enqueued after its node;
+  // the loss read back; then the groups, top first, waited for and reported.
+  std::vector<std::string> want;
+  for (const nn::Node& n : g.nodes) {
+    if (n.param_count > 0) {
+      want.push_back("need " + std::to_string(n.param_offset) + "+" +
+                     std::to_string(n.param_count));
+      want.push_back("upload " + n.name);
+    }
+    want.push_back("forward " + n.name);
   }
-  const cu::GradientPlan p = cu::plan_gradients(r20, false);
-  // An identity block (s1b2): the add shares its buffer with bn2 and hands
-  // the block's input (s1b1.out, read by s1b2.conv1 too) its first
-  // contribution; conv1's backward-data adds the second.
-  const int add = node_id(r20, "s1b2.add"), conv1 = node_id(r20, "s1b2.conv1");
-  const int bn2 = node_id(r20, "s1b2.bn2"), in = node_id(r20, "s1b1.add");
-  CHECK(r20.nodes[static_cast<std::size_t>(add)].inputs == std::vector<int>{bn2, in});
-  CHECK(p.into[static_cast<std::size_t>(add)][0] == Delivery::kShared);
-  CHECK(p.buffer[static_cast<std::size_t>(bn2)] == add);
-  CHECK(p.into[static_cast<std::size_t>(add)][1] == Delivery::kWrite);
-  CHECK(p.into[static_cast<std::size_t>(conv1)][0] == Delivery::kAccumulate);
-  // A projection block (s2b1): the shortcut's batch norm gets a copy (input
-  // 1 never shares); the block's input is read by the projection (later in
-  // the node list: first in backward) and by conv1.
-  const int padd = node_id(r20, "s2b1.add"), proj = node_id(r20, "s2b1.add.proj");
-  const int proj_bn = node_id(r20, "s2b1.add.proj_bn"), pconv1 = node_id(r20, "s2b1.conv1");
-  CHECK(r20.nodes[static_cast<std::size_t>(padd)].inputs[1] == proj_bn);
-  CHECK(p.into[static_cast<std::size_t>(padd)][0] == Delivery::kShared);
-  CHECK(p.into[static_cast<std::size_t>(padd)][1] == Delivery::kWrite);
-  CHECK(p.buffer[static_cast<std::size_t>(proj_bn)] == proj_bn);
-  CHECK(p.into[static_cast<std::size_t>(proj)][0] == Delivery::kWrite);
-  CHECK(p.into[static_cast<std::size_t>(pconv1)][0] == Delivery::kAccumulate);
-  // The stem conv reads the images: nothing unless their gradient is wanted.
-  CHECK(p.into[0][0] == Delivery::kNone);
-  CHECK(cu::plan_gradients(r20, true).into[0][0] == Delivery::kWrite);
-
-  // x + x: one tensor in both slots of an add: a write, then a sum (never shared).
-  nn::GraphSpec twice;
-  twice.name = "twice";
-  twice.channels = 2;
-  twice.height = twice.width = 3;
-  twice.classes = 0;
-  nn::LayerDesc c;
-  c.type = nn::LayerType::kConv;
-  c.name = "c";
-  c.out = 2;
-  c.pad = 1;
-  nn::LayerDesc a;
-  a.type = nn::LayerType::kAdd;
-  a.from = "c";
-  twice.layers = {c, a};
-  const nn::Graph tg = nn::build_graph(twice);
-  check_plan(tg, true);
-  const cu::GradientPlan tp = cu::plan_gradients(tg, true);
-  CHECK(tp.into[1][0] == Delivery::kWrite);
-  CHECK(tp.into[1][1] == Delivery::kAccumulate);
-  CHECK(tp.buffer[0] == 0);
-  // An add of the images: its input 1 takes the images' first contribution,
-  // the conv's backward-data the second.
-  a.from = "input";
-  twice.layers = {c, a};
-  const nn::Graph ig = nn::build_graph(twice);
-  check_plan(ig, true);
-  const cu::GradientPlan ip = cu::plan_gradients(ig, true);
-  CHECK(ip.into[1][0] == Delivery::kShared);
-  CHECK(ip.into[1][1] == Delivery::kWrite);
-  CHECK(ip.into[0][0] == Delivery::kAccumulate);
+  want.push_back("loss");
+  for (std::size_t j = g.nodes.size(); j-- > 0;) {
+    want.push_back("backward " + g.nodes[j].name);
+    if (g.nodes[j].param_count > 0) want.push_back("download " + g.nodes[j].name);
+  }
+  want.push_back("wait_loss");
+  for (std::size_t j = g.nodes.size(); j-- > 0;) {
+    if (g.nodes[j].param_count == 0) continue;
+    want.push_back("wait_download " + g.nodes[j].name);
+    want.push_back("ready " + std::to_string(g.nodes[j].param_offset));
+  }
+  want.push_back("finish");
+  CHECK(log == want);
 }

@@ -27,6 +27,13 @@ void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cu
 void add_act_forward(const float* a, const float* b, std::size_t n, bool relu, float* y,
                      cudaStream_t stream);
 
+// GELU over n elements, the exact form: y = x Phi(x), Phi the standard
+// normal CDF; backward dx (+)= dy (Phi(x) + x phi(x)) from the input x
+// (accumulate: +=). The CPU backend's oneDNN gelu_erf is the oracle.
+void gelu_forward(const float* x, std::size_t n, float* y, cudaStream_t stream);
+void gelu_backward(const float* x, const float* dy, std::size_t n, float* dx, bool accumulate,
+                   cudaStream_t stream);
+
 // dst += src over n elements (a gradient's later contribution).
 void accumulate(float* dst, const float* src, std::size_t n, cudaStream_t stream);
 
