@@ -69,6 +69,11 @@ void plan_backward(Context& cx, Plan& plan, std::size_t j);
 void forward(Context& cx, Plan& plan, std::size_t j, const float* params, bool backward);
 void backward(Context& cx, Plan& plan, std::size_t j, const float* params, float* grad);
 }  // namespace batch_norm
+namespace eltwise {  // shared by relu and gelu
+bool plan_forward(Context& cx, Plan& plan, std::size_t j, Arena& arena, dnnl::algorithm alg);
+// from_dst: the backward reads the output (ReLU), else the input (GELU).
+void plan_backward(Context& cx, Plan& plan, std::size_t j, dnnl::algorithm alg, bool from_dst);
+}  // namespace eltwise
 namespace relu {
 bool plan_forward(Context& cx, Plan& plan, std::size_t j, Arena& arena);
 void plan_backward(Context& cx, Plan& plan, std::size_t j);
