@@ -115,36 +115,12 @@ class Builder {
     n.attr = desc;
     const std::vector<std::int64_t>& in = n.in;
     switch (desc.type) {
-      case LayerType::kConv: {
-        need_image(at, in, "a convolution");
-        resolve_window(n, at, 3, 1);
-        if (desc.out < 1) throw ConfigError(at + ": out (output channels) must be >= 1");
-        const std::int64_t ho = window_out(in[1], n.attr.kernel, n.attr.stride, n.attr.pad);
-        const std::int64_t wo = window_out(in[2], n.attr.kernel, n.attr.stride, n.attr.pad);
-        if (ho < 1 || wo < 1) window_error(at, n, "convolution");
-        n.out = {desc.out, ho, wo};
-        n.units = desc.out;
-        n.fan_in = in[0] * n.attr.kernel * n.attr.kernel;
-        n.flops = 2 * n.units * n.fan_in * ho * wo + (desc.bias ? n.units * ho * wo : 0);
+      case LayerType::kConv:
+        shape_conv(n, at);
         break;
-      }
-      case LayerType::kFc: {
-        std::int64_t units = desc.out;
-        if (units == 0) {
-          if (m_spec.classes < 1) {
-            throw ConfigError(at +
-                              ": out (units) must be set; 0 means the class count, unknown here");
-          }
-          units = m_spec.classes;
-        }
-        if (units < 0) throw ConfigError(at + ": out (units) must be >= 1 (0 = the class count)");
-        n.attr.out = units;
-        n.units = units;
-        n.fan_in = numel(in);
-        n.out = {units};
-        n.flops = 2 * units * n.fan_in + (desc.bias ? units : 0);
+      case LayerType::kFc:
+        shape_fc(n, at);
         break;
-      }
       case LayerType::kBatchNorm:
         if (!(desc.eps > 0.0)) throw ConfigError(at + ": eps must be > 0");
         n.out = in;
@@ -169,22 +145,9 @@ class Builder {
         n.out = {numel(in)};
         break;
       case LayerType::kMaxPool:
-      case LayerType::kAvgPool: {
-        const char* what = desc.type == LayerType::kMaxPool ? "max-pooling" : "average pooling";
-        need_image(at, in, what);
-        resolve_window(n, at, 2, 0);
-        if (2 * n.attr.pad > n.attr.kernel) {
-          throw ConfigError(at + ": pad " + std::to_string(n.attr.pad) +
-                            " is more than half the kernel " + std::to_string(n.attr.kernel) +
-                            " (a window of padding alone); lower pad");
-        }
-        const std::int64_t ho = window_out(in[1], n.attr.kernel, n.attr.stride, n.attr.pad);
-        const std::int64_t wo = window_out(in[2], n.attr.kernel, n.attr.stride, n.attr.pad);
-        if (ho < 1 || wo < 1) window_error(at, n, what);
-        n.out = {in[0], ho, wo};
-        n.flops = in[0] * ho * wo * n.attr.kernel * n.attr.kernel;
+      case LayerType::kAvgPool:
+        shape_pool(n, at);
         break;
-      }
       case LayerType::kGlobalAvgPool:
         need_image(at, in, "global average pooling");
         n.out = {in[0], 1, 1};
@@ -196,6 +159,54 @@ class Builder {
     const int id = push(std::move(n));
     m_names[name] = {i, id};
     return id;
+  }
+
+  void shape_conv(Node& n, const std::string& at) const {
+    const LayerDesc& desc = n.attr;
+    const std::vector<std::int64_t>& in = n.in;
+    need_image(at, in, "a convolution");
+    resolve_window(n, at, 3, 1);
+    if (desc.out < 1) throw ConfigError(at + ": out (output channels) must be >= 1");
+    const std::int64_t ho = window_out(in[1], n.attr.kernel, n.attr.stride, n.attr.pad);
+    const std::int64_t wo = window_out(in[2], n.attr.kernel, n.attr.stride, n.attr.pad);
+    if (ho < 1 || wo < 1) window_error(at, n, "convolution");
+    n.out = {desc.out, ho, wo};
+    n.units = desc.out;
+    n.fan_in = in[0] * n.attr.kernel * n.attr.kernel;
+    n.flops = 2 * n.units * n.fan_in * ho * wo + (desc.bias ? n.units * ho * wo : 0);
+  }
+
+  void shape_fc(Node& n, const std::string& at) const {
+    std::int64_t units = n.attr.out;
+    if (units == 0) {
+      if (m_spec.classes < 1) {
+        throw ConfigError(at + ": out (units) must be set; 0 means the class count, unknown here");
+      }
+      units = m_spec.classes;
+    }
+    if (units < 0) throw ConfigError(at + ": out (units) must be >= 1 (0 = the class count)");
+    n.attr.out = units;
+    n.units = units;
+    n.fan_in = numel(n.in);
+    n.out = {units};
+    n.flops = 2 * units * n.fan_in + (n.attr.bias ? units : 0);
+  }
+
+  void shape_pool(Node& n, const std::string& at) const {
+    const std::vector<std::int64_t>& in = n.in;
+    const char* what = n.type == LayerType::kMaxPool ? "max-pooling" : "average pooling";
+    need_image(at, in, what);
+    resolve_window(n, at, 2, 0);
+    if (2 * n.attr.pad > n.attr.kernel) {
+      throw ConfigError(at + ": pad " + std::to_string(n.attr.pad) +
+                        " is more than half the kernel " + std::to_string(n.attr.kernel) +
+                        " (a window of padding alone); lower pad");
+    }
+    const std::int64_t ho = window_out(in[1], n.attr.kernel, n.attr.stride, n.attr.pad);
+    const std::int64_t wo = window_out(in[2], n.attr.kernel, n.attr.stride, n.attr.pad);
+    if (ho < 1 || wo < 1) window_error(at, n, what);
+    n.out = {in[0], ho, wo};
+    n.flops = in[0] * ho * wo * n.attr.kernel * n.attr.kernel;
   }
 
   void resolve_window(Node& n, const std::string& at, std::int64_t default_kernel,
