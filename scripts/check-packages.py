@@ -191,18 +191,34 @@ def from_cache(build, used):
                     used.add(part, f"CMakeCache.txt {m.group(1)}")
 
 
+# A package's version file alone is a candidate that find_package() looked
+# at and passed over (Debian's oneDNN 2.6 when version 3 is asked for): not a
+# use. Its config file beside it, read too, is one.
+VERSION_FILE = re.compile(r"(.*/)([^/]*?)[-]?[cC]onfig[-]?[vV]ersion\.cmake$")
+
+
+def configure_reads(paths):
+    paths = list(paths)
+    read = set(paths)
+    for p in paths:
+        m = VERSION_FILE.match(p)
+        if m and not any(q.startswith(m.group(1)) and q != p for q in read):
+            continue
+        yield p
+
+
 def from_configure(build, used):
     mk = os.path.join(build, "CMakeFiles", "Makefile.cmake")
     if os.path.exists(mk):
         text = open(mk, encoding="utf-8", errors="replace").read()
         m = re.search(r"set\(CMAKE_MAKEFILE_DEPENDS(.*?)\)", text, re.S)
-        for p in re.findall(r'"(/[^"]+)"', m.group(1) if m else ""):
+        for p in configure_reads(re.findall(r'"(/[^"]+)"', m.group(1) if m else "")):
             used.add(p, "read by the configure")
     nj = os.path.join(build, "build.ninja")
     if os.path.exists(nj):
         text = open(nj, encoding="utf-8", errors="replace").read()
         m = re.search(r"^build build\.ninja.*?(?=^\S)", text, re.S | re.M)
-        for p in re.findall(r"(/[^\s$|]+)", m.group(0) if m else ""):
+        for p in configure_reads(re.findall(r"(/[^\s$|]+)", m.group(0) if m else "")):
             used.add(p, "read by the configure")
 
 

@@ -7,15 +7,18 @@
 #
 # PACKAGES is everything the build and a run use, and nothing may be missing
 # from it: apt installs with --no-install-recommends, so a package that is
-# only a Recommends of one listed here (ocl-icd-opencl-dev for libdnnl-dev)
-# must be listed itself. scripts/test.sh checks this after every build
+# only a Recommends of one listed here must be listed itself. oneDNN 3 is not
+# a Debian package (bookworm has 2.6): scripts/fetch-onednn.py puts PyPI's
+# onednn-cpu-gomp wheels into .deps/ unless cmake is given -DDNNL_ROOT.
+# ocl-icd-opencl-dev: CMake's FindCUDAToolkit records libOpenCL (CUDA::OpenCL)
+# where it exists; listed so that fresh and used machines configure alike. scripts/test.sh checks this after every build
 # (scripts/check-packages.py: every file the build used, mapped to its
 # package, against this list and its Depends).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libcli11-dev libspdlog-dev
-          catch2 libtomlplusplus-dev nlohmann-json3-dev libdnnl-dev ocl-icd-opencl-dev libopenblas-dev zlib1g-dev
+          catch2 libtomlplusplus-dev nlohmann-json3-dev ocl-icd-opencl-dev libopenblas-dev zlib1g-dev
           dataset-fashion-mnist python3 python3-matplotlib clang-format
           python3-pip libprotobuf-dev protobuf-compiler)
 # The SLURM tests (ctest -L slurm, root only) start a private single-node
@@ -59,6 +62,12 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNAL
     pip_args+=(--break-system-packages)
   fi
   python3 -m pip install "${pip_args[@]}" tensorboard
+fi
+
+# oneDNN 3 for the CPU backend, unless the caller names one (DNNL_ROOT, or
+# -DDNNL_ROOT= among the cmake arguments).
+if [ -z "${DNNL_ROOT:-}" ] && [[ " $* " != *" -DDNNL_ROOT="* ]]; then
+  python3 scripts/fetch-onednn.py
 fi
 
 BUILD_DIR=${SYNCOPT_BUILD_DIR:-build}

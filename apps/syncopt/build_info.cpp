@@ -8,12 +8,17 @@
 
 #include "commands.hpp"
 #include "config/include.hpp"
+#include "nn/backend.hpp"
 
 namespace syncopt::app {
 
 const std::string kBuildId = std::string("syncopt ") + SYNCOPT_VERSION + " (git " +
                              SYNCOPT_GIT_COMMIT + (SYNCOPT_GIT_DIRTY ? ", modified" : "") +
                              ") built " + __DATE__ + " " + __TIME__;
+
+std::string version_text() {
+  return kBuildId + "\ncompute: " + syncopt::nn::cpu_backend_description();
+}
 
 const char* const kVersion = SYNCOPT_VERSION;
 const char* const kGitCommit = SYNCOPT_GIT_COMMIT;

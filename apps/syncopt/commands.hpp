@@ -17,6 +17,8 @@ namespace syncopt::app {
 // shows it: version, git commit ("unknown" outside git; "modified" when
 // tracked files differed from it), build time (build_info.cpp).
 extern const std::string kBuildId;
+// kBuildId and the compute library (syncopt --version).
+std::string version_text();
 extern const char* const kVersion;
 extern const char* const kGitCommit;
 extern const bool kGitDirty;

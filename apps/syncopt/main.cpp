@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
       "syncopt"};
   app.footer(kExitCodes);
   app.require_subcommand(1);
-  app.set_version_flag("--version", kBuildId);
+  app.set_version_flag("--version", version_text());
 
   TrainArgs targs;
   targs.argv.assign(argv, argv + argc);

@@ -86,4 +86,9 @@ class Backend {
 // apps/syncopt/platform.cpp.
 std::unique_ptr<Backend> make_cpu_backend(int threads);
 
+// "oneDNN 3.2.0, cpu isa avx512_core_amx (AMX ...)": the library the CPU
+// backend runs on and the instruction set it dispatches to here (syncopt
+// --version, run.json, the benchmarks).
+std::string cpu_backend_description();
+
 }  // namespace syncopt::nn

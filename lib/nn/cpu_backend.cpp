@@ -2,6 +2,8 @@
 // against (see backend.hpp).
 #include <omp.h>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "common/error.hpp"
 #include "nn/backend.hpp"
 #include "nn/cpu_network.hpp"
@@ -23,7 +25,33 @@ class CpuBackend final : public Backend {
   int m_threads;
 };
 
+// oneDNN's name of the instruction set it dispatches to on this CPU.
+std::string isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx (AMX bf16 and int8, AVX-512)";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16 (AVX512-BF16, no AMX)";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni (AVX-512, no bf16 instructions)";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core (AVX-512, no bf16 instructions)";
+    case dnnl::cpu_isa::avx2_vnni:
+    case dnnl::cpu_isa::avx2_vnni_2:
+    case dnnl::cpu_isa::avx2:
+      return "avx2 (no AVX-512)";
+    default:
+      return "other (" + std::to_string(static_cast<int>(isa)) + ")";
+  }
+}
+
 }  // namespace
+
+std::string cpu_backend_description() {
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + ", cpu isa " + isa_name(dnnl::get_effective_cpu_isa());
+}
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
   if (threads < 0) {

@@ -1,4 +1,4 @@
-// CpuNetwork: runs a layer graph (cpu_network.hpp) with oneDNN 2.6
+// CpuNetwork: runs a layer graph (cpu_network.hpp) with oneDNN 3
 // primitives. This file is the walk; how each layer kind plans and runs its
 // primitives is one function per kind and stage (lib/nn/cpu/kinds.hpp),
 // and what both backends decide alike (the order, who writes a gradient and
@@ -13,7 +13,7 @@
 // of the reference CNN takes a plain NCHW copy so that its 800k weights are
 // used in the user's layout, with no per-step weight reorder; the first
 // conv's backward-weights may read an NHWC copy of its output gradient where
-// oneDNN 2.6 has no fast kernel for its blocked one). A ReLU the graph fused
+// oneDNN 3 has no fast kernel for its blocked one). A ReLU the graph fused
 // into a conv / fc / add is a post-op (into a batch norm, its fuse_norm_relu
 // flag), and its backward masks the incoming gradient with the stored
 // (post-ReLU) output.
@@ -112,7 +112,7 @@ struct CpuNetwork::Impl {
     }
     // Softmax cross-entropy wants plain [batch, outputs].
     memory& last_t = plan->t[count - 1];
-    const memory::desc last_plain = plain_desc(last_t.get_desc().dims());
+    const memory::desc last_plain = plain_desc(last_t.get_desc().get_dims());
     if (last_t.get_desc() == last_plain) {
       plan->logits = last_t;
     } else {

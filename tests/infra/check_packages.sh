@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/check-packages.py can fail: on this build tree it passes with
 # scripts/setup.sh as it is, and fails, naming ocl-icd-opencl-dev and
-# libOpenCL.so, with a copy of setup.sh that lacks that package (what broke
-# main on a fresh machine: oneDNN's CMake config finds OpenCL, a Recommends
-# of libdnnl-dev only).
+# libOpenCL.so, with a copy of setup.sh that lacks that package (a package
+# the configure finds without anything asking for it by name: CMake's
+# FindCUDAToolkit records libOpenCL; once, oneDNN 2.6's config needed it, a
+# Recommends of libdnnl-dev only, and broke main on a fresh machine).
 #   tests/infra/check_packages.sh BUILD_DIR      (exit 77: no dpkg, skipped)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)

@@ -18,9 +18,8 @@ bool plan_forward(Context& cx, Plan& plan, std::size_t j, Arena& arena) {
     np.src1 = memory(in.get_desc(), cx.engine);
     np.src1_reorder = cx.make_reorder(plan, other, np.src1, node.name + " shortcut reorder");
   }
-  const dnnl::binary::desc d(dnnl::algorithm::binary_add, in.get_desc(), in.get_desc(),
-                             in.get_desc());
-  const dnnl::binary::primitive_desc pd(d, make_attr(node.relu), cx.engine);
+  const dnnl::binary::primitive_desc pd(cx.engine, dnnl::algorithm::binary_add, in.get_desc(),
+                                        in.get_desc(), in.get_desc(), make_attr(node.relu));
   Context::note_scratch(plan, pd);
   plan.t[j] = arena.take(pd.dst_desc());
   np.fwd = Exec{dnnl::binary(pd),

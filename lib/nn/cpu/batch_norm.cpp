@@ -37,9 +37,9 @@ bool plan_forward(Context& cx, Plan& plan, std::size_t j, Arena& arena) {
   const memory& in = cx.tensor(plan, node.inputs[0]);
   const auto kind =
       plan.training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  const dnnl::batch_normalization_forward::desc d(
-      kind, in.get_desc(), static_cast<float>(node.attr.eps), flags_of(node, !plan.training));
-  np.bn_pd = dnnl::batch_normalization_forward::primitive_desc(d, make_attr(false), cx.engine);
+  np.bn_pd = dnnl::batch_normalization_forward::primitive_desc(
+      cx.engine, kind, in.get_desc(), in.get_desc(), static_cast<float>(node.attr.eps),
+      flags_of(node, !plan.training), make_attr(false));
   Context::note_scratch(plan, np.bn_pd);
   plan.t[j] = arena.take(np.bn_pd.dst_desc());
   np.scale = cx.user_memory(plain_desc({node.out[0]}));
@@ -70,11 +70,10 @@ void plan_backward(Context& cx, Plan& plan, std::size_t j) {
   const Node& node = cx.node(j);
   NodePlan& np = plan.nodes[j];
   const memory& in = cx.tensor(plan, node.inputs[0]);
-  const dnnl::batch_normalization_backward::desc bd(
-      dnnl::prop_kind::backward, plan.d[j].get_desc(), in.get_desc(),
-      static_cast<float>(node.attr.eps), flags_of(node, false));
-  const dnnl::batch_normalization_backward::primitive_desc bpd(bd, make_attr(false), cx.engine,
-                                                               np.bn_pd);
+  const dnnl::batch_normalization_backward::primitive_desc bpd(
+      cx.engine, dnnl::prop_kind::backward, plan.d[j].get_desc(), plan.d[j].get_desc(),
+      in.get_desc(), static_cast<float>(node.attr.eps), flags_of(node, false), np.bn_pd,
+      make_attr(false));
   Context::note_scratch(plan, bpd);
   np.diff_scale = cx.user_memory(plain_desc({node.out[0]}));
   np.diff_shift = cx.user_memory(plain_desc({node.out[0]}));
@@ -91,8 +90,7 @@ void plan_backward(Context& cx, Plan& plan, std::size_t j) {
                  {DNNL_ARG_VARIANCE, np.var},
                  {DNNL_ARG_DIFF_DST, plan.d[j]},
                  {DNNL_ARG_SCALE, np.scale},
-                 // oneDNN 2.6 will not execute without the shift (it does not read it).
-                 {DNNL_ARG_SHIFT, np.shift},
+
                  {DNNL_ARG_DIFF_SRC, dl.target},
                  {DNNL_ARG_DIFF_SCALE, np.diff_scale},
                  {DNNL_ARG_DIFF_SHIFT, np.diff_shift}},

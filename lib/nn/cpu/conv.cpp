@@ -14,6 +14,39 @@ namespace {
 using Fwd = dnnl::convolution_forward;
 using BwdWeights = dnnl::convolution_backward_weights;
 using BwdData = dnnl::convolution_backward_data;
+constexpr auto kDirect = dnnl::algorithm::convolution_direct;
+
+// The three primitive descs of node j's convolution (`info`), with its bias
+// when it has one (a bias's gradient is backward-weights' too).
+Fwd::primitive_desc forward_pd(const Context& cx, const NodeInfo& info, const memory::desc& src,
+                               const memory::desc& w, const memory::desc& dst,
+                               const dnnl::primitive_attr& attr) {
+  if (info.node->bias < 0) {
+    return Fwd::primitive_desc(cx.engine, dnnl::prop_kind::forward_training, kDirect, src, w, dst,
+                               info.strides, info.pad_l, info.pad_r, attr);
+  }
+  return Fwd::primitive_desc(cx.engine, dnnl::prop_kind::forward_training, kDirect, src, w,
+                             plain_desc({info.node->units}), dst, info.strides, info.pad_l,
+                             info.pad_r, attr);
+}
+
+BwdWeights::primitive_desc weights_pd(const Context& cx, const NodeInfo& info,
+                                      const memory::desc& src, const memory::desc& dw,
+                                      const memory::desc& diff_dst, const Fwd::primitive_desc& fpd,
+                                      const dnnl::primitive_attr& attr) {
+  if (info.node->bias < 0) {
+    return BwdWeights::primitive_desc(cx.engine, kDirect, src, dw, diff_dst, info.strides,
+                                      info.pad_l, info.pad_r, fpd, attr);
+  }
+  return BwdWeights::primitive_desc(cx.engine, kDirect, src, dw, plain_desc({info.node->units}),
+                                    diff_dst, info.strides, info.pad_l, info.pad_r, fpd, attr);
+}
+
+BwdData::primitive_desc data_pd(const Context& cx, const NodeInfo& info,
+                                const Fwd::primitive_desc& fpd, const dnnl::primitive_attr& attr) {
+  return BwdData::primitive_desc(cx.engine, kDirect, fpd.src_desc(), any_desc(info.w_dims),
+                                 fpd.dst_desc(), info.strides, info.pad_l, info.pad_r, fpd, attr);
+}
 
 // Picks the conv layouts (forward primitive desc and the diff_dst layout
 // and src of backward-weights): the input as it comes and oneDNN's choice
@@ -33,7 +66,6 @@ class Chooser {
         m_attr(attr),
         m_need_data(need_data),
         m_w_any(any_desc(info.w_dims)),
-        m_b_md(info.node->bias >= 0 ? plain_desc({info.node->units}) : memory::desc()),
         m_in_dims(in_dims),
         m_out_dims(out_dims) {}
 
@@ -66,28 +98,22 @@ class Chooser {
 
  private:
   Fwd::primitive_desc make(const memory::desc& src_md, const memory::desc& dst_md) const {
-    const Fwd::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                      src_md, m_w_any, m_b_md, dst_md, m_info.strides, m_info.pad_l, m_info.pad_r);
-    return Fwd::primitive_desc(d, m_attr, m_cx.engine);
+    return forward_pd(m_cx, m_info, src_md, m_w_any, dst_md, m_attr);
   }
   bool fast_weights(const Fwd::primitive_desc& fpd, const memory::desc& src_md,
                     const memory::desc& diff_dst_md) const {
-    const BwdWeights::desc wd(dnnl::algorithm::convolution_direct, src_md, m_w_any, m_b_md,
-                              diff_dst_md, m_info.strides, m_info.pad_l, m_info.pad_r);
-    return !is_reference(BwdWeights::primitive_desc(wd, m_cx.engine, fpd));
+    return !is_reference(
+        weights_pd(m_cx, m_info, src_md, m_w_any, diff_dst_md, fpd, make_attr(false)));
   }
   bool fast_data(const Fwd::primitive_desc& fpd) const {
-    if (!m_need_data) return true;
-    const BwdData::desc dd(dnnl::algorithm::convolution_direct, fpd.src_desc(), m_w_any,
-                           fpd.dst_desc(), m_info.strides, m_info.pad_l, m_info.pad_r);
-    return !is_reference(BwdData::primitive_desc(dd, m_cx.engine, fpd));
+    return !m_need_data || !is_reference(data_pd(m_cx, m_info, fpd, make_attr(false)));
   }
 
   Context& m_cx;
   const NodeInfo& m_info;
   const dnnl::primitive_attr& m_attr;
   bool m_need_data;
-  memory::desc m_w_any, m_b_md;
+  memory::desc m_w_any;
   memory::dims m_in_dims, m_out_dims;
 };
 
@@ -121,12 +147,9 @@ void plan_backward(Context& cx, Plan& plan, std::size_t j) {
   const Node& node = *info.node;
   NodePlan& np = plan.nodes[j];
   const std::string& name = node.name;
-  const memory::desc b_md = node.bias >= 0 ? plain_desc({node.units}) : memory::desc();
   const auto& fpd = np.conv_pd;
-  const BwdWeights::desc wd(dnnl::algorithm::convolution_direct, np.bwd_w_src_md,
-                            any_desc(info.w_dims), b_md, np.bwd_w_diff_dst_md, info.strides,
-                            info.pad_l, info.pad_r);
-  const BwdWeights::primitive_desc wpd(wd, attr, cx.engine, fpd);
+  const BwdWeights::primitive_desc wpd =
+      weights_pd(cx, info, np.bwd_w_src_md, any_desc(info.w_dims), np.bwd_w_diff_dst_md, fpd, attr);
   Context::note_scratch(plan, wpd);
   weighted::plan_weight_grads(cx, plan, j, wpd.diff_weights_desc());
   np.src_w = np.src;
@@ -147,9 +170,7 @@ void plan_backward(Context& cx, Plan& plan, std::size_t j) {
                         name + " bwd weights: " + wpd.impl_info_str()};
   if (node.bias >= 0) np.bwd_weights->args[DNNL_ARG_DIFF_BIAS] = np.diff_bias;
   if (!cx.wants_grad(plan, j, 0)) return;
-  const BwdData::desc dd(dnnl::algorithm::convolution_direct, fpd.src_desc(), any_desc(info.w_dims),
-                         fpd.dst_desc(), info.strides, info.pad_l, info.pad_r);
-  const BwdData::primitive_desc dpd(dd, attr, cx.engine, fpd);
+  const BwdData::primitive_desc dpd = data_pd(cx, info, fpd, attr);
   Context::note_scratch(plan, dpd);
   weighted::plan_backward_weights(cx, plan, j, dpd.weights_desc());
   GradTransfer dl = cx.plan_delivery(plan, j, 0, np.src.get_desc());

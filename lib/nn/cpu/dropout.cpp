@@ -19,26 +19,28 @@ namespace {
 // the position inside the inner blocks of that dimension
 // (memory_desc_wrapper::off_v, split by dimension).
 std::vector<std::vector<std::int64_t>> dim_offsets(const memory::desc& md) {
-  const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked) {
+  if (md.get_format_kind() != memory::format_kind::blocked) {
     throw InternalError("dropout on a tensor whose layout is not a blocked one");
   }
-  const dnnl_blocking_desc_t& blk = d.format_desc.blocking;
-  std::vector<std::vector<std::int64_t>> out(static_cast<std::size_t>(d.ndims));
-  for (int dim = 0; dim < d.ndims; ++dim) {
-    auto& table = out[static_cast<std::size_t>(dim)];
-    table.resize(static_cast<std::size_t>(d.dims[dim]));
-    for (std::int64_t pos = 0; pos < d.dims[dim]; ++pos) {
+  const memory::dims dims = md.get_dims(), strides = md.get_strides();
+  const memory::dims inner_blks = md.get_inner_blks(), inner_idxs = md.get_inner_idxs();
+  const int nblks = md.get_inner_nblks();
+  const std::int64_t offset0 = md.get_submemory_offset();
+  std::vector<std::vector<std::int64_t>> out(dims.size());
+  for (std::size_t dim = 0; dim < dims.size(); ++dim) {
+    auto& table = out[dim];
+    table.resize(static_cast<std::size_t>(dims[dim]));
+    for (std::int64_t pos = 0; pos < dims[dim]; ++pos) {
       std::int64_t p = pos, off = 0, inner_stride = 1;
-      for (int b = blk.inner_nblks - 1; b >= 0; --b) {
-        if (blk.inner_idxs[b] == dim) {
-          off += (p % blk.inner_blks[b]) * inner_stride;
-          p /= blk.inner_blks[b];
+      for (int b = nblks - 1; b >= 0; --b) {
+        const auto k = static_cast<std::size_t>(b);
+        if (inner_idxs[k] == static_cast<memory::dim>(dim)) {
+          off += (p % inner_blks[k]) * inner_stride;
+          p /= inner_blks[k];
         }
-        inner_stride *= blk.inner_blks[b];
+        inner_stride *= inner_blks[k];
       }
-      table[static_cast<std::size_t>(pos)] =
-          off + p * blk.strides[dim] + (dim == 0 ? d.offset0 : 0);
+      table[static_cast<std::size_t>(pos)] = off + p * strides[dim] + (dim == 0 ? offset0 : 0);
     }
   }
   return out;

@@ -12,8 +12,8 @@ bool plan_forward(Context& cx, Plan& plan, std::size_t j, Arena& arena, dnnl::al
   const memory& in = cx.tensor(plan, node.inputs[0]);
   const auto kind =
       plan.training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  const dnnl::eltwise_forward::desc d(kind, alg, in.get_desc(), 0.0f, 0.0f);
-  np.eltwise_pd = dnnl::eltwise_forward::primitive_desc(d, make_attr(false), cx.engine);
+  np.eltwise_pd = dnnl::eltwise_forward::primitive_desc(
+      cx.engine, kind, alg, in.get_desc(), in.get_desc(), 0.0f, 0.0f, make_attr(false));
   Context::note_scratch(plan, np.eltwise_pd);
   plan.t[j] = arena.take(np.eltwise_pd.dst_desc());
   np.fwd = Exec{dnnl::eltwise_forward(np.eltwise_pd),
@@ -27,8 +27,9 @@ void plan_backward(Context& cx, Plan& plan, std::size_t j, dnnl::algorithm alg, 
   const Node& node = cx.node(j);
   NodePlan& np = plan.nodes[j];
   const memory& saved = from_dst ? plan.t[j] : cx.tensor(plan, node.inputs[0]);
-  const dnnl::eltwise_backward::desc bd(alg, plan.d[j].get_desc(), saved.get_desc(), 0.0f, 0.0f);
-  const dnnl::eltwise_backward::primitive_desc bpd(bd, make_attr(false), cx.engine, np.eltwise_pd);
+  const dnnl::eltwise_backward::primitive_desc bpd(cx.engine, alg, plan.d[j].get_desc(),
+                                                   plan.d[j].get_desc(), saved.get_desc(), 0.0f,
+                                                   0.0f, np.eltwise_pd, make_attr(false));
   Context::note_scratch(plan, bpd);
   GradTransfer dl = cx.plan_delivery(plan, j, 0, bpd.diff_src_desc());
   np.bwd = Exec{dnnl::eltwise_backward(bpd),

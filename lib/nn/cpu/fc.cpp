@@ -11,6 +11,37 @@ using Fwd = dnnl::inner_product_forward;
 using BwdWeights = dnnl::inner_product_backward_weights;
 using BwdData = dnnl::inner_product_backward_data;
 
+// The three primitive descs of node j's inner product (`info`), with its
+// bias when it has one.
+Fwd::primitive_desc forward_pd(const Context& cx, const NodeInfo& info, const memory::desc& src,
+                               const memory::desc& w, const memory::desc& dst,
+                               const dnnl::primitive_attr& attr) {
+  if (info.node->bias < 0) {
+    return Fwd::primitive_desc(cx.engine, dnnl::prop_kind::forward_training, src, w, dst, attr);
+  }
+  return Fwd::primitive_desc(cx.engine, dnnl::prop_kind::forward_training, src, w,
+                             plain_desc({info.node->units}), dst, attr);
+}
+
+// Backward-weights with the forward's layouts (plain weights when choose
+// could).
+BwdWeights::primitive_desc weights_pd(const Context& cx, const NodeInfo& info,
+                                      const Fwd::primitive_desc& fpd,
+                                      const dnnl::primitive_attr& attr) {
+  if (info.node->bias < 0) {
+    return BwdWeights::primitive_desc(cx.engine, fpd.src_desc(), fpd.weights_desc(), fpd.dst_desc(),
+                                      fpd, attr);
+  }
+  return BwdWeights::primitive_desc(cx.engine, fpd.src_desc(), fpd.weights_desc(),
+                                    plain_desc({info.node->units}), fpd.dst_desc(), fpd, attr);
+}
+
+BwdData::primitive_desc data_pd(const Context& cx, const Fwd::primitive_desc& fpd,
+                                const dnnl::primitive_attr& attr) {
+  return BwdData::primitive_desc(cx.engine, fpd.src_desc(), fpd.weights_desc(), fpd.dst_desc(), fpd,
+                                 attr);
+}
+
 // Picks the fc layouts. First choice: plain input and the user's plain
 // [out, in] weights, so that no per-step weight / weight-gradient reorder
 // exists (oneDNN's own blocked choice for the 800k-float fc1 weights costs
@@ -19,18 +50,13 @@ using BwdData = dnnl::inner_product_backward_data;
 Fwd::primitive_desc choose(Context& cx, const NodeInfo& info, const memory::desc& in_md,
                            const memory::dims& in_dims, const memory::dims& out_dims,
                            const dnnl::primitive_attr& attr, bool need_data) {
-  const memory::desc b_md = info.node->bias >= 0 ? plain_desc({info.node->units}) : memory::desc();
   auto make = [&](const memory::desc& src_md, const memory::desc& w_md) {
-    const Fwd::desc d(dnnl::prop_kind::forward_training, src_md, w_md, b_md, any_desc(out_dims));
-    return Fwd::primitive_desc(d, attr, cx.engine);
+    return forward_pd(cx, info, src_md, w_md, any_desc(out_dims), attr);
   };
   auto all_fast = [&](const Fwd::primitive_desc& fpd) {
     if (is_reference(fpd)) return false;
-    const BwdWeights::desc wd(fpd.src_desc(), fpd.weights_desc(), b_md, fpd.dst_desc());
-    if (is_reference(BwdWeights::primitive_desc(wd, cx.engine, fpd))) return false;
-    if (!need_data) return true;
-    const BwdData::desc dd(fpd.src_desc(), fpd.weights_desc(), fpd.dst_desc());
-    return !is_reference(BwdData::primitive_desc(dd, cx.engine, fpd));
+    if (is_reference(weights_pd(cx, info, fpd, make_attr(false)))) return false;
+    return !need_data || !is_reference(data_pd(cx, fpd, make_attr(false)));
   };
   const std::pair<memory::desc, memory::desc> candidates[] = {
       {plain_desc(in_dims), plain_desc(info.w_dims)},
@@ -73,11 +99,8 @@ void plan_backward(Context& cx, Plan& plan, std::size_t j) {
   const Node& node = cx.node(j);
   NodePlan& np = plan.nodes[j];
   const std::string& name = node.name;
-  const memory::desc b_md = node.bias >= 0 ? plain_desc({node.units}) : memory::desc();
   const auto& fpd = np.ip_pd;
-  // Same weights layout as the forward (plain when choose could).
-  const BwdWeights::desc wd(fpd.src_desc(), fpd.weights_desc(), b_md, fpd.dst_desc());
-  const BwdWeights::primitive_desc wpd(wd, attr, cx.engine, fpd);
+  const BwdWeights::primitive_desc wpd = weights_pd(cx, cx.infos[j], fpd, attr);
   Context::note_scratch(plan, wpd);
   weighted::plan_weight_grads(cx, plan, j, wpd.diff_weights_desc());
   np.bwd_weights =
@@ -86,8 +109,7 @@ void plan_backward(Context& cx, Plan& plan, std::size_t j) {
            name + " bwd weights: " + wpd.impl_info_str()};
   if (node.bias >= 0) np.bwd_weights->args[DNNL_ARG_DIFF_BIAS] = np.diff_bias;
   if (!cx.wants_grad(plan, j, 0)) return;
-  const BwdData::desc dd(fpd.src_desc(), fpd.weights_desc(), fpd.dst_desc());
-  const BwdData::primitive_desc dpd(dd, attr, cx.engine, fpd);
+  const BwdData::primitive_desc dpd = data_pd(cx, fpd, attr);
   Context::note_scratch(plan, dpd);
   weighted::plan_backward_weights(cx, plan, j, dpd.weights_desc());
   GradTransfer dl = cx.plan_delivery(plan, j, 0, np.src.get_desc());

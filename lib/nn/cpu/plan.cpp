@@ -49,7 +49,7 @@ dnnl::primitive_attr make_attr(bool relu) {
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (relu) {
     dnnl::post_ops po;
-    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    po.append_eltwise(dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     attr.set_post_ops(po);
   }
   return attr;
@@ -88,9 +88,8 @@ void Context::plan_move(Plan& plan, GradTransfer& dl, const memory& g, bool firs
   }
   if (dl.target.get_desc() == g.get_desc()) {  // g += target, in place
     dl.move = GradTransfer::Move::kAdd;
-    const dnnl::binary::desc d(dnnl::algorithm::binary_add, g.get_desc(), g.get_desc(),
-                               g.get_desc());
-    const dnnl::binary::primitive_desc pd(d, make_attr(false), engine);
+    const dnnl::binary::primitive_desc pd(engine, dnnl::algorithm::binary_add, g.get_desc(),
+                                          g.get_desc(), g.get_desc(), make_attr(false));
     note_scratch(plan, pd);
     dl.exec = Exec{dnnl::binary(pd),
                    {{DNNL_ARG_SRC_0, g}, {DNNL_ARG_SRC_1, dl.target}, {DNNL_ARG_DST, g}},

@@ -7,6 +7,8 @@ namespace syncopt::nn::cpu::pool {
 
 namespace {
 
+const memory::dims kNoDilation = {0, 0};
+
 dnnl::algorithm algorithm_of(const Node& n) {
   return n.type == LayerType::kMaxPool ? dnnl::algorithm::pooling_max
                                        : dnnl::algorithm::pooling_avg_include_padding;
@@ -37,10 +39,10 @@ bool plan_forward(Context& cx, Plan& plan, std::size_t j, Arena& arena) {
   const memory& in = cx.tensor(plan, node.inputs[0]);
   const auto kind =
       plan.training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  const dnnl::pooling_forward::desc d(kind, algorithm_of(node), in.get_desc(),
-                                      any_desc(with_batch(plan.batch, node.out)), info.strides,
-                                      info.kernel, info.pad_l, info.pad_r);
-  np.pool_pd = dnnl::pooling_forward::primitive_desc(d, make_attr(node.relu), cx.engine);
+  np.pool_pd = dnnl::pooling_forward::primitive_desc(
+      cx.engine, kind, algorithm_of(node), in.get_desc(),
+      any_desc(with_batch(plan.batch, node.out)), info.strides, info.kernel, kNoDilation,
+      info.pad_l, info.pad_r, make_attr(node.relu));
   Context::note_scratch(plan, np.pool_pd);
   plan.t[j] = arena.take(np.pool_pd.dst_desc());
   np.fwd = Exec{dnnl::pooling_forward(np.pool_pd),
@@ -59,9 +61,9 @@ void plan_backward(Context& cx, Plan& plan, std::size_t j) {
   const Node& node = *info.node;
   NodePlan& np = plan.nodes[j];
   const memory& in = cx.tensor(plan, node.inputs[0]);
-  const dnnl::pooling_backward::desc bd(algorithm_of(node), in.get_desc(), np.pool_pd.dst_desc(),
-                                        info.strides, info.kernel, info.pad_l, info.pad_r);
-  const dnnl::pooling_backward::primitive_desc bpd(bd, make_attr(false), cx.engine, np.pool_pd);
+  const dnnl::pooling_backward::primitive_desc bpd(
+      cx.engine, algorithm_of(node), in.get_desc(), np.pool_pd.dst_desc(), info.strides,
+      info.kernel, kNoDilation, info.pad_l, info.pad_r, np.pool_pd, make_attr(false));
   Context::note_scratch(plan, bpd);
   GradTransfer dl = cx.plan_delivery(plan, j, 0, bpd.diff_src_desc());
   np.bwd = Exec{dnnl::pooling_backward(bpd),

@@ -22,12 +22,13 @@ void plan_backward(Context& cx, Plan& plan, std::size_t j) {
 
 void plan_fused_mask(Context& cx, Plan& plan, std::size_t j) {
   NodePlan& np = plan.nodes[j];
-  const dnnl::eltwise_forward::desc fd(dnnl::prop_kind::forward_training, kAlgorithm,
-                                       plan.t[j].get_desc(), 0.0f, 0.0f);
-  const dnnl::eltwise_forward::primitive_desc fpd(fd, make_attr(false), cx.engine);
-  const dnnl::eltwise_backward::desc bd(kAlgorithm, plan.d[j].get_desc(), plan.t[j].get_desc(),
-                                        0.0f, 0.0f);
-  const dnnl::eltwise_backward::primitive_desc bpd(bd, make_attr(false), cx.engine, fpd);
+  const memory::desc& out = plan.t[j].get_desc();
+  const dnnl::eltwise_forward::primitive_desc fpd(cx.engine, dnnl::prop_kind::forward_training,
+                                                  kAlgorithm, out, out, 0.0f, 0.0f,
+                                                  make_attr(false));
+  const dnnl::eltwise_backward::primitive_desc bpd(cx.engine, kAlgorithm, plan.d[j].get_desc(),
+                                                   plan.d[j].get_desc(), out, 0.0f, 0.0f, fpd,
+                                                   make_attr(false));
   Context::note_scratch(plan, bpd);
   np.relu_bwd = Exec{
       dnnl::eltwise_backward(bpd),
