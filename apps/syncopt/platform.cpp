@@ -46,17 +46,21 @@ int capped_threads(int threads) {
   return cpus;
 }
 
-train::Compute make_compute(config::Backend backend, int threads, double dead_after_s) {
-  threads = capped_threads(threads);
-  if (backend == config::Backend::kCpu) {
-    nn::make_cpu_backend(threads);  // validates threads now, not on the first rank that computes
-    return train::cpu_compute(threads);
+train::Compute make_compute(const config::ComputeConfig& cc, double dead_after_s) {
+  int threads = capped_threads(static_cast<int>(cc.threads));
+  if (cc.backend == config::Backend::kCpu) {
+    // Validates threads and precision now, not on the first rank that computes.
+    nn::make_cpu_backend(threads, cc.precision);
+    return train::cpu_compute(threads, cc.precision);
   }
 #if SYNCOPT_HAS_CUDA
   // The GPU this rank's backend took, so that the reducer uses the same one.
   auto rank_device = std::make_shared<int>(-1);
   cuda::CudaOptions options;
   options.sync_timeout_s = dead_after_s;
+  options.precision = cc.precision;
+  options.tf32 = cc.tf32;
+  options.deterministic = cc.deterministic;
   train::Compute c;
   c.make_backend = [threads, options, rank_device](int local_rank) {
     *rank_device = cuda::pick_device(local_rank);

@@ -16,7 +16,7 @@ namespace syncopt::app {
 // Asking for cuda in a build without it is a ConfigError saying what to
 // do; a missing GPU is reported when a backend is made. `threads` above the
 // CPUs this process may use is capped to them (capped_threads).
-train::Compute make_compute(config::Backend backend, int threads, double dead_after_s = 60.0);
+train::Compute make_compute(const config::ComputeConfig& compute, double dead_after_s = 60.0);
 
 // `threads`, or the CPUs this process may use (its affinity) when fewer,
 // saying so on stderr.

@@ -196,8 +196,7 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     // starts: a shape error is a config error of every rank, said once.
     (void)nn::model_graph(train::expected_model_spec(cfg));
     roles = layout::make_roles(cfg, mpi.size());
-    compute = app::make_compute(cfg.compute.backend, static_cast<int>(cfg.compute.threads),
-                                cfg.cluster.dead_after_s);
+    compute = app::make_compute(cfg.compute, cfg.cluster.dead_after_s);
   });
   // `syncopt train runs/<name>/config.toml` repeats that run under a new
   // name (<name>-2, ...); rank 0 picks it, so that every rank agrees. With

@@ -136,6 +136,9 @@ struct EvalConfig {
 struct ComputeConfig {
   Backend backend = Backend::kCpu;
   std::int64_t threads = 1;
+  Precision precision = Precision::kFp32;
+  bool tf32 = false;           // cuda: TF32 tensor cores in the FP32 path
+  bool deterministic = false;  // cuda: heuristic deterministic algorithms, no timing
 
   bool operator==(const ComputeConfig&) const = default;
 };

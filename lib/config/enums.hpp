@@ -82,6 +82,8 @@ enum class StalenessDist { kFixed, kUniform, kGeometric, kExponential };
 enum class StragglerModel { kNone, kBernoulli, kExponential, kLognormal, kPareto, kFixed, kTrace };
 // compute.backend
 enum class Backend { kCpu, kCuda };
+// compute.precision (the backends' own enum)
+using Precision = nn::Precision;
 // sim.compute_dist
 enum class ComputeDist { kLognormal, kGamma };
 // sim.records
@@ -133,6 +135,10 @@ template <> struct EnumTable<StragglerModel> {
       {StragglerModel::kExponential, "exponential"}, {StragglerModel::kLognormal, "lognormal"},
       {StragglerModel::kPareto, "pareto"}, {StragglerModel::kFixed, "fixed"},
       {StragglerModel::kTrace, "trace"}}};
+};
+template <> struct EnumTable<Precision> {
+  static constexpr std::array<EnumName<Precision>, 2> kNames{{
+      {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}}};
 };
 template <> struct EnumTable<Backend> {
   static constexpr std::array<EnumName<Backend>, 2> kNames{{

@@ -218,6 +218,21 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(compute, threads, int_from(1), "",
                   "CPU threads per rank (oneDNN / OpenMP); more than the CPUs this process may "
                   "use is capped to them, with a warning."),
+      SYNCOPT_KEY(compute, precision, no_range(), "",
+                  "Arithmetic of the compute: fp32; or bf16 for convolutions, fully connected "
+                  "layers, pooling, activations and adds (bf16 data, FP32 accumulation), with "
+                  "batch-norm statistics, weight-norm norms, the loss and softmax in FP32. "
+                  "Parameters, optimiser state and the EMA stay FP32 (master weights) wherever "
+                  "the update happens, and so do checkpoints: a run may resume in the other "
+                  "precision. bf16 needs AVX-512 on the CPU (fast with AVX512-BF16 or AMX) or "
+                  "an Ampere or later GPU."),
+      SYNCOPT_KEY(compute, tf32, no_range(), "",
+                  "cuda, compute.precision = fp32: let cuDNN and cuBLAS use TF32 tensor cores "
+                  "(10-bit mantissa inputs, FP32 accumulation); false keeps FP32 strict."),
+      SYNCOPT_KEY(compute, deterministic, no_range(), "",
+                  "cuda: convolution algorithms from cuDNN's heuristics among the deterministic "
+                  "ones, without timing, so two runs agree bit for bit; false times them "
+                  "(cudnnFind) and takes the fastest."),
       // [exchange]
       SYNCOPT_KEY(exchange, pipeline, no_range(), "",
                   "Parameter-server modes: gradients and parameters travel in buckets of whole "

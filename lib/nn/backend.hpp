@@ -84,7 +84,7 @@ class Backend {
 // OpenMP threads of the compute (0 = the OpenMP default); ConfigError if < 0.
 // Other backends (CUDA, in cuda/) are chosen by the one factory in
 // apps/syncopt/platform.cpp.
-std::unique_ptr<Backend> make_cpu_backend(int threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision = Precision::kFp32);
 
 // "oneDNN 3.2.0, cpu isa avx512_core_amx (AMX ...)": the library the CPU
 // backend runs on and the instruction set it dispatches to here (syncopt

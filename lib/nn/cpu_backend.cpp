@@ -15,14 +15,15 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : m_threads(threads) {}
+  CpuBackend(int threads, Precision precision) : m_threads(threads), m_precision(precision) {}
   std::string name() const override { return "cpu"; }
   std::unique_ptr<Network> make_network(const ModelSpec& spec, int max_batch) override {
-    return std::make_unique<cpu::CpuNetwork>(model_graph(spec), max_batch, m_threads);
+    return std::make_unique<cpu::CpuNetwork>(model_graph(spec), max_batch, m_threads, m_precision);
   }
 
  private:
   int m_threads;
+  Precision m_precision;
 };
 
 // oneDNN's name of the instruction set it dispatches to on this CPU.
@@ -53,7 +54,7 @@ std::string cpu_backend_description() {
          std::to_string(v->patch) + ", cpu isa " + isa_name(dnnl::get_effective_cpu_isa());
 }
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
+std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision) {
   if (threads < 0) {
     throw ConfigError("compute.threads must be >= 0 (0 = the OpenMP default), got " +
                       std::to_string(threads));
@@ -61,7 +62,16 @@ std::unique_ptr<Backend> make_cpu_backend(int threads) {
   // Set here too so that anything sized by the thread count before the
   // first step (oneDNN primitive creation) sees the same number.
   if (threads > 0) omp_set_num_threads(threads);
-  return std::make_unique<CpuBackend>(threads);
+  // oneDNN's ISA values are nested bit masks: a superset holds avx512_core's bits.
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  if (precision == Precision::kBf16 && (isa & avx512) != avx512) {
+    throw ConfigError(
+        "compute.precision = \"bf16\" needs a CPU with AVX-512 (oneDNN runs bf16 "
+        "with AVX512-BF16 or AMX, or emulates it on AVX-512); this one gives " +
+        isa_name(dnnl::get_effective_cpu_isa()) + ": use compute.precision = \"fp32\"");
+  }
+  return std::make_unique<CpuBackend>(threads, precision);
 }
 
 }  // namespace syncopt::nn

@@ -75,7 +75,7 @@ struct CpuNetwork::Impl {
         if (dl.exec) fn(*dl.exec);
       }
     }
-    for (auto* e : {&plan.logits_reorder, &plan.dlogits_reorder}) {
+    for (auto* e : {&plan.input_reorder, &plan.logits_reorder, &plan.dlogits_reorder}) {
       if (*e) fn(**e);
     }
   }
@@ -99,6 +99,10 @@ struct CpuNetwork::Impl {
     plan->nodes.resize(count);
     plan->t.resize(count);
     plan->input = cx.user_memory(plain_desc(with_batch(batch, graph().input)));
+    if (cx.act != Dt::f32) {  // every layer computes in the compute's type, from the images on
+      plan->input_act = memory(plain_desc(with_batch(batch, graph().input), cx.act), cx.engine);
+      plan->input_reorder = cx.make_reorder(*plan, plan->input, plan->input_act, "input convert");
+    }
     const std::vector<std::size_t> last = last_uses(graph());
     Arena arena(cx, *plan);
     std::vector<bool> alias(count, false);
@@ -198,6 +202,7 @@ struct CpuNetwork::Impl {
 
   void forward(Plan& plan, const float* params, const float* images, bool backward) {
     plan.input.set_data_handle(const_cast<float*>(images));
+    cx.run(plan.input_reorder);
     walk_forward(graph(), cx.hooks, [&](std::size_t j) {
       const KindOps& ops = kind_ops(graph().nodes[j].type);
       if (ops.forward != nullptr) {
@@ -300,7 +305,8 @@ struct CpuNetwork::Impl {
   }
 };
 
-CpuNetwork::CpuNetwork(Graph graph, int max_batch, int threads) : m_impl(std::make_unique<Impl>()) {
+CpuNetwork::CpuNetwork(Graph graph, int max_batch, int threads, Precision precision)
+    : m_impl(std::make_unique<Impl>()) {
   if (max_batch < 1) {
     throw ConfigError("network max batch must be >= 1, got " + std::to_string(max_batch));
   }
@@ -308,6 +314,7 @@ CpuNetwork::CpuNetwork(Graph graph, int max_batch, int threads) : m_impl(std::ma
   im.cx.graph = std::move(graph);
   im.max_batch = max_batch;
   im.threads = threads;
+  im.cx.act = precision == Precision::kBf16 ? Dt::bf16 : Dt::f32;
   const Graph& g = im.cx.graph;
   im.cx.infos.resize(g.nodes.size());
   for (std::size_t j = 0; j < g.nodes.size(); ++j) {

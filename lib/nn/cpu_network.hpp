@@ -21,7 +21,8 @@ class CpuNetwork final : public Network {
  public:
   // threads: OpenMP threads for oneDNN and the loops (0: leave the OpenMP
   // default). Throws ConfigError for max_batch < 1.
-  CpuNetwork(Graph graph, int max_batch, int threads);
+  // precision: the compute's arithmetic (bf16 needs AVX-512; see make_cpu_backend).
+  CpuNetwork(Graph graph, int max_batch, int threads, Precision precision = Precision::kFp32);
   ~CpuNetwork() override;
   CpuNetwork(const CpuNetwork&) = delete;
   CpuNetwork& operator=(const CpuNetwork&) = delete;

@@ -35,6 +35,11 @@ constexpr std::string_view builtin_name(Builtin b) {
   return "?";
 }
 
+// The arithmetic of a network's compute (compute.precision): FP32, or bf16
+// data with FP32 accumulation where the library allows it (docs/design.md
+// §5). Parameters and gradients at the network's interface are FP32 either way.
+enum class Precision { kFp32, kBf16 };
+
 struct ModelSpec {
   Builtin model = Builtin::kCnn;
   std::string name() const { return std::string(builtin_name(model)); }

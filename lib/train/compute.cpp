@@ -3,9 +3,9 @@
 
 namespace syncopt::train {
 
-Compute cpu_compute(int threads) {
+Compute cpu_compute(int threads, nn::Precision precision) {
   Compute c;
-  c.make_backend = [threads](int) { return nn::make_cpu_backend(threads); };
+  c.make_backend = [threads, precision](int) { return nn::make_cpu_backend(threads, precision); };
   c.make_replica = [](nn::Network& net, const float* init, std::size_t count,
                       const replica::ReplicaOptions& opt) {
     return replica::make_host_replica(net, init, count, opt);

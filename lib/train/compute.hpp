@@ -33,7 +33,8 @@ struct Compute {
   std::function<std::string(int local_rank)> describe;
 };
 
-// CPU compute with `threads` OpenMP threads per rank, MPI reductions.
-Compute cpu_compute(int threads);
+// CPU compute with `threads` OpenMP threads per rank in `precision`, MPI
+// reductions.
+Compute cpu_compute(int threads, nn::Precision precision = nn::Precision::kFp32);
 
 }  // namespace syncopt::train

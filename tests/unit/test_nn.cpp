@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../common/layer_cases.hpp"
+#include "common/bf16.hpp"
 #include "common/error.hpp"
 #include "nn/backend.hpp"
 #include "nn/cpu_network.hpp"
@@ -43,12 +44,14 @@ std::vector<float> normal_floats(std::size_t n, std::uint64_t seed, float scale 
   return v;
 }
 
-// Distinct values in [-1, 1], shuffled, spaced min(0.02, 2/n) apart (and never
-// 0), so that on small inputs a finite-difference step of 1e-3 never changes
-// a max-pool argmax or a ReLU sign.
+// Distinct values spread over all of [-1, 1], shuffled, spaced 2/n apart
+// (and never 0), so that on small inputs a finite-difference step of 1e-3
+// never changes a max-pool argmax or a ReLU sign, and both signs occur (a
+// spacing capped at 0.02 once left the 36 inputs of the relu and gelu cases
+// all negative: their backward was checked on zeros).
 std::vector<float> distinct_floats(std::size_t n, std::uint64_t seed) {
   std::vector<float> v(n);
-  const double step = std::min(0.02, 2.0 / static_cast<double>(n));
+  const double step = 2.0 / static_cast<double>(n);
   for (std::size_t i = 0; i < n; ++i) {
     v[i] = static_cast<float>(-1.0 + step * (static_cast<double>(i) + 0.5));
   }
@@ -155,22 +158,15 @@ struct NetCheck {
   double max_fail_share = 0.0, max_ratio = 1.0;
 };
 
-// Gradient check of a graph on a small batch, in training mode (batch
-// statistics; dropout with a fixed key): every parameter view and
-// (optionally) the input, against central differences of train_loss.
-// Parameters: N(0, 0.5^2), or init_params of the graph; then g = ||v|| *
-// (0.7 + 0.1 (o mod 6)), batch-norm scales 1 + N(0, 0.3^2) and, for model
-// inits, small random biases and shifts, so that no gradient is trivially 0
-// or 1.
-void check_graph(const nn::Graph& graph, int batch, std::uint64_t seed, const std::string& kind,
-                 const NetCheck& opt = {}) {
-  nn::cpu::CpuNetwork net(graph, batch, 1);
-  net.set_dropout_key(seed * 7 + 1);
-  const nn::ParamLayout& layout = net.layout();
-  const std::int64_t classes = graph.outputs;
+// The parameters of a gradient check: N(0, 0.5^2), or init_params of the
+// graph; then g = ||v|| * (0.7 + 0.1 (o mod 6)), batch-norm scales 1 +
+// N(0, 0.3^2) and, for model inits, small random biases and shifts, so that
+// no gradient is trivially 0 or 1.
+std::vector<float> check_params(const nn::Graph& graph, std::uint64_t seed, bool model_init) {
+  const nn::ParamLayout& layout = graph.layout;
   std::vector<float> params = normal_floats(layout.count, seed, 0.5f);
   const std::vector<float> noise = normal_floats(layout.count, seed + 3, 0.1f);
-  if (opt.model_init) {
+  if (model_init) {
     nn::init_params(graph, params.data(), seed);
     for (const nn::ParamView& v : layout.views) {
       if (v.role == nn::ParamRole::kBias || v.role == nn::ParamRole::kShift) {
@@ -197,6 +193,23 @@ void check_graph(const nn::Graph& graph, int batch, std::uint64_t seed, const st
           static_cast<float>(std::sqrt(ss) * (0.7 + 0.1 * static_cast<double>(o % 6)));
     }
   }
+  return params;
+}
+
+// Gradient check of a graph on a small batch, in training mode (batch
+// statistics; dropout with a fixed key): every parameter view and
+// (optionally) the input, against central differences of train_loss.
+// Parameters: N(0, 0.5^2), or init_params of the graph; then g = ||v|| *
+// (0.7 + 0.1 (o mod 6)), batch-norm scales 1 + N(0, 0.3^2) and, for model
+// inits, small random biases and shifts, so that no gradient is trivially 0
+// or 1.
+void check_graph(const nn::Graph& graph, int batch, std::uint64_t seed, const std::string& kind,
+                 const NetCheck& opt = {}) {
+  nn::cpu::CpuNetwork net(graph, batch, 1);
+  net.set_dropout_key(seed * 7 + 1);
+  const nn::ParamLayout& layout = net.layout();
+  const std::int64_t classes = graph.outputs;
+  std::vector<float> params = check_params(graph, seed, opt.model_init);
   const std::size_t in_count =
       static_cast<std::size_t>(batch) *
       static_cast<std::size_t>(graph.input[0] * graph.input[1] * graph.input[2]);
@@ -479,6 +492,83 @@ TEST_CASE("layer gradients (oneDNN) vs finite differences", "[nn]") {
     }
     CHECK(has_proj);
     check_graph(g, 3, 46, "residual block + projection");
+  }
+}
+
+namespace {
+
+// ||a - b||_2 / ||b||_2 over [begin, end) (0 when b is 0 there and a too).
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b, std::size_t begin,
+              std::size_t end) {
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = begin; i < end; ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    diff += d * d;
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+// A graph in bf16 against the same graph in FP32 (the oracle): the loss,
+// each layer's parameter gradient (its group: weights and bias together)
+// and the images' gradient, in the relative 2-norm. The tolerance comes from
+// the format, not from the results: each node rounds to bf16 (unit
+// roundoff u = 2^-8) its input, its weights, its output and its output's
+// gradient, four roundings whose relative errors add up along the graph's
+// nodes: 4 u (nodes + 1). The 2-norm, not the largest element: rounding can
+// flip a max-pool's argmax or a ReLU's sign for a few elements, which moves
+// those elements by their whole value but the norm by little.
+double check_bf16(const nn::Graph& graph, int batch, std::uint64_t seed, bool model_init) {
+  nn::cpu::CpuNetwork f32(graph, batch, 1), b16(graph, batch, 1, nn::Precision::kBf16);
+  f32.set_dropout_key(seed * 7 + 1);
+  b16.set_dropout_key(seed * 7 + 1);
+  const std::vector<float> params = check_params(graph, seed, model_init);
+  const std::size_t in_count =
+      static_cast<std::size_t>(batch) *
+      static_cast<std::size_t>(graph.input[0] * graph.input[1] * graph.input[2]);
+  const std::vector<float> x = distinct_floats(in_count, seed + 1);
+  const auto y = labels_for(batch, graph.outputs, seed + 2);
+  std::vector<float> g32(graph.layout.count), g16(graph.layout.count), dx32(in_count),
+      dx16(in_count);
+  const float l32 = f32.train_step_with_input_grad(params.data(), x.data(), y.data(), batch,
+                                                   g32.data(), dx32.data());
+  const float l16 = b16.train_step_with_input_grad(params.data(), x.data(), y.data(), batch,
+                                                   g16.data(), dx16.data());
+  const double tol =
+      4.0 * syncopt::bf16::kUnitRoundoff * (static_cast<double>(graph.nodes.size()) + 1.0);
+  CHECK(std::abs(l16 - l32) <= tol * std::max(1.0f, std::abs(l32)));
+  double worst = 0.0;
+  for (const nn::ParamGroup& grp : graph.groups) {
+    const double e = rel_l2(g16, g32, grp.offset, grp.offset + grp.count);
+    INFO(grp.name << ": ||bf16 - fp32|| / ||fp32|| = " << e << ", tolerance " << tol);
+    CHECK(e <= tol);
+    worst = std::max(worst, e);
+  }
+  const double e = rel_l2(dx16, dx32, 0, in_count);
+  INFO("images: ||bf16 - fp32|| / ||fp32|| = " << e << ", tolerance " << tol);
+  CHECK(e <= tol);
+  worst = std::max(worst, e);
+  // bf16 did run: the images' gradient is not the FP32 one bit for bit.
+  CHECK(dx16 != dx32);
+  return worst / tol;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 gradients follow the FP32 oracle within bf16's rounding", "[nn][bf16]") {
+  for (const syncopt::test::LayerCase& c : syncopt::test::layer_cases()) {
+    DYNAMIC_SECTION(c.name) {
+      const double r = check_bf16(c.graph, c.batch, c.seed, false);
+      if (std::getenv("SYNCOPT_NN_VERBOSE") != nullptr) WARN("bf16 " << c.kind << ": " << r);
+    }
+  }
+  for (const char* name : {"cnn", "resnet20"}) {
+    DYNAMIC_SECTION("model " << name) {
+      nn::ModelSpec spec = model(name, std::string(name) == "cnn");
+      if (spec.model == nn::Builtin::kResnet20) spec.height = spec.width = 8;
+      const double r = check_bf16(nn::model_graph(spec), 3, 21, true);
+      if (std::getenv("SYNCOPT_NN_VERBOSE") != nullptr) WARN("bf16 model " << name << ": " << r);
+    }
   }
 }
 
@@ -800,16 +890,23 @@ TEST_CASE("a few SGD steps on a fixed batch reduce the loss", "[nn]") {
 
 TEST_CASE("make_compute: cpu, cuda without CUDA", "[nn]") {
   CHECK(nn::make_cpu_backend(1)->name() == "cpu");
-  CHECK(app::make_compute(syncopt::config::Backend::kCpu, 1).make_backend(0)->name() == "cpu");
+  syncopt::config::ComputeConfig cc;
+  CHECK(app::make_compute(cc).make_backend(0)->name() == "cpu");
+  cc.precision = nn::Precision::kBf16;  // this machine has AVX-512 (every kind CI runs on)
+  CHECK(app::make_compute(cc).make_backend(0)->name() == "cpu");
+  cc.precision = nn::Precision::kFp32;
   if (!app::built_with_cuda()) {
     try {
-      app::make_compute(syncopt::config::Backend::kCuda, 1);
+      syncopt::config::ComputeConfig gpu;
+      gpu.backend = syncopt::config::Backend::kCuda;
+      app::make_compute(gpu);
       FAIL("cuda backend in a build without CUDA");
     } catch (const syncopt::ConfigError& e) {
       CHECK(std::string(e.what()).find("-DSYNCOPT_WITH_CUDA=ON") != std::string::npos);
     }
   }
-  CHECK_THROWS_AS(app::make_compute(syncopt::config::Backend::kCpu, -1), syncopt::ConfigError);
+  cc.threads = -1;
+  CHECK_THROWS_AS(app::make_compute(cc), syncopt::ConfigError);
   CHECK_THROWS_AS(nn::make_cpu_backend(-1), syncopt::ConfigError);
   CHECK_THROWS_AS(nn::make_cpu_backend(1)->make_network(model("cnn", true), 0),
                   syncopt::ConfigError);

@@ -105,6 +105,10 @@ struct CudaOptions {
   // heuristics' first deterministic one without timing, so that two runs
   // (two processes) compute bit-identical results.
   bool deterministic = false;
+  // compute.precision: bf16 tensors with FP32 compute through cuDNN and
+  // cuBLAS (tensor cores); FP32 otherwise, strict unless tf32.
+  nn::Precision precision = nn::Precision::kFp32;
+  bool tf32 = false;
   // Bound on every host wait for the GPU (cluster.dead_after_s); <= 0: none.
   double sync_timeout_s = 60.0;
 };

@@ -44,7 +44,7 @@ BwdWeights::primitive_desc weights_pd(const Context& cx, const NodeInfo& info,
 
 BwdData::primitive_desc data_pd(const Context& cx, const NodeInfo& info,
                                 const Fwd::primitive_desc& fpd, const dnnl::primitive_attr& attr) {
-  return BwdData::primitive_desc(cx.engine, kDirect, fpd.src_desc(), any_desc(info.w_dims),
+  return BwdData::primitive_desc(cx.engine, kDirect, fpd.src_desc(), any_desc(info.w_dims, cx.act),
                                  fpd.dst_desc(), info.strides, info.pad_l, info.pad_r, fpd, attr);
 }
 
@@ -65,19 +65,21 @@ class Chooser {
         m_info(info),
         m_attr(attr),
         m_need_data(need_data),
-        m_w_any(any_desc(info.w_dims)),
+        m_w_any(any_desc(info.w_dims, cx.act)),
+        m_dw_any(any_desc(info.w_dims)),
         m_in_dims(in_dims),
         m_out_dims(out_dims) {}
 
   std::tuple<Fwd::primitive_desc, memory::desc, memory::desc> choose(const memory::desc& in_md) {
-    const memory::desc nhwc_in(m_in_dims, Dt::f32, Tag::nhwc);
-    const memory::desc nhwc_out(m_out_dims, Dt::f32, Tag::nhwc);
+    const Dt act = m_cx.act;
+    const memory::desc nhwc_in(m_in_dims, act, Tag::nhwc);
+    const memory::desc nhwc_out(m_out_dims, act, Tag::nhwc);
     const std::pair<memory::desc, memory::desc> candidates[] = {
-        {in_md, any_desc(m_out_dims)},
-        {any_desc(m_in_dims), any_desc(m_out_dims)},
+        {in_md, any_desc(m_out_dims, act)},
+        {any_desc(m_in_dims, act), any_desc(m_out_dims, act)},
         {in_md, nhwc_out},
         {nhwc_in, nhwc_out},
-        {in_md, plain_desc(m_out_dims)},
+        {in_md, plain_desc(m_out_dims, act)},
     };
     for (const auto& [src_md, dst_md] : candidates) {
       try {
@@ -92,7 +94,7 @@ class Chooser {
         // this combination is not implemented at all: try the next
       }
     }
-    auto pd = make(any_desc(m_in_dims), any_desc(m_out_dims));
+    auto pd = make(any_desc(m_in_dims, act), any_desc(m_out_dims, act));
     return {pd, pd.src_desc(), pd.dst_desc()};
   }
 
@@ -103,7 +105,7 @@ class Chooser {
   bool fast_weights(const Fwd::primitive_desc& fpd, const memory::desc& src_md,
                     const memory::desc& diff_dst_md) const {
     return !is_reference(
-        weights_pd(m_cx, m_info, src_md, m_w_any, diff_dst_md, fpd, make_attr(false)));
+        weights_pd(m_cx, m_info, src_md, m_dw_any, diff_dst_md, fpd, make_attr(false)));
   }
   bool fast_data(const Fwd::primitive_desc& fpd) const {
     return !m_need_data || !is_reference(data_pd(m_cx, m_info, fpd, make_attr(false)));
@@ -113,7 +115,7 @@ class Chooser {
   const NodeInfo& m_info;
   const dnnl::primitive_attr& m_attr;
   bool m_need_data;
-  memory::desc m_w_any;
+  memory::desc m_w_any, m_dw_any;  // the weights in the compute's type; their gradient in FP32
   memory::dims m_in_dims, m_out_dims;
 };
 

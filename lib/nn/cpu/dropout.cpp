@@ -5,6 +5,7 @@
 // the identity: the output is the input's buffer.
 #include "nn/dropout.hpp"
 
+#include "common/bf16.hpp"
 #include "common/error.hpp"
 #include "nn/cpu/kinds.hpp"
 
@@ -71,10 +72,23 @@ void blocked_mask(const std::vector<std::vector<std::int64_t>>& off, std::uint64
   }
 }
 
-// y = mask ? x * scale : 0 over n elements.
-void apply_mask(const std::uint8_t* mask, const float* x, float scale, std::int64_t n, float* y) {
+// y = mask ? x * scale : 0 over the elements of x and y (one type, f32 or
+// bf16; in bf16 the product is rounded to nearest even, as oneDNN rounds).
+void apply_mask(const std::uint8_t* mask, const memory& x, float scale, const memory& y) {
+  const auto n = element_count(y);
+  if (x.get_desc().get_data_type() == Dt::bf16) {
+    const auto* xs = static_cast<const std::uint16_t*>(x.get_data_handle());
+    auto* ys = static_cast<std::uint16_t*>(y.get_data_handle());
 #pragma omp parallel for simd if (n > (1 << 18)) schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) y[i] = mask[i] != 0 ? x[i] * scale : 0.0f;
+    for (std::int64_t i = 0; i < n; ++i) {
+      ys[i] = mask[i] != 0 ? bf16::from_float(bf16::to_float(xs[i]) * scale) : std::uint16_t{0};
+    }
+    return;
+  }
+  const float* xs = data_of(x);
+  float* ys = data_of(y);
+#pragma omp parallel for simd if (n > (1 << 18)) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) ys[i] = mask[i] != 0 ? xs[i] * scale : 0.0f;
 }
 
 float keep_scale(const Node& node) { return static_cast<float>(1.0 / (1.0 - node.attr.rate)); }
@@ -95,8 +109,8 @@ bool plan_forward(Context& cx, Plan& plan, std::size_t j, Arena& arena) {
     return true;
   }
   plan.t[j] = arena.take(in.get_desc());
-  np.mask.assign(static_cast<std::size_t>(float_count(in)), 0);
-  if (in.get_desc() != plain_desc(with_batch(plan.batch, node.in))) {
+  np.mask.assign(static_cast<std::size_t>(element_count(in)), 0);
+  if (in.get_desc() != plain_desc(with_batch(plan.batch, node.in), in.get_desc().get_data_type())) {
     np.mask_offsets = dim_offsets(in.get_desc());
     while (np.mask_offsets.size() < 4) np.mask_offsets.push_back({0});
   }
@@ -125,16 +139,14 @@ void forward(Context& cx, Plan& plan, std::size_t j, const float* /*params*/, bo
   } else {
     blocked_mask(np.mask_offsets, key, threshold, mask, n);
   }
-  apply_mask(mask, data_of(cx.tensor(plan, node.inputs[0])), keep_scale(node), n,
-             data_of(plan.t[j]));
+  apply_mask(mask, cx.tensor(plan, node.inputs[0]), keep_scale(node), plan.t[j]);
 }
 
 void backward(Context& cx, Plan& plan, std::size_t j, const float* /*params*/, float* /*grad*/) {
   NodePlan& np = plan.nodes[j];
   if (np.deliveries.empty()) return;
   cx.stream.wait();
-  apply_mask(np.mask.data(), data_of(plan.d[j]), keep_scale(cx.node(j)),
-             static_cast<std::int64_t>(np.mask.size()), data_of(np.deliveries[0].target));
+  apply_mask(np.mask.data(), plan.d[j], keep_scale(cx.node(j)), np.deliveries[0].target);
 }
 
 }  // namespace syncopt::nn::cpu::dropout

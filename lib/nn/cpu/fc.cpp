@@ -24,16 +24,16 @@ Fwd::primitive_desc forward_pd(const Context& cx, const NodeInfo& info, const me
 }
 
 // Backward-weights with the forward's layouts (plain weights when choose
-// could).
+// could); in bf16 the weight gradient is FP32 in oneDNN's choice of layout.
 BwdWeights::primitive_desc weights_pd(const Context& cx, const NodeInfo& info,
                                       const Fwd::primitive_desc& fpd,
                                       const dnnl::primitive_attr& attr) {
+  const memory::desc dw = cx.act == Dt::f32 ? fpd.weights_desc() : any_desc(info.w_dims, Dt::f32);
   if (info.node->bias < 0) {
-    return BwdWeights::primitive_desc(cx.engine, fpd.src_desc(), fpd.weights_desc(), fpd.dst_desc(),
-                                      fpd, attr);
+    return BwdWeights::primitive_desc(cx.engine, fpd.src_desc(), dw, fpd.dst_desc(), fpd, attr);
   }
-  return BwdWeights::primitive_desc(cx.engine, fpd.src_desc(), fpd.weights_desc(),
-                                    plain_desc({info.node->units}), fpd.dst_desc(), fpd, attr);
+  return BwdWeights::primitive_desc(cx.engine, fpd.src_desc(), dw, plain_desc({info.node->units}),
+                                    fpd.dst_desc(), fpd, attr);
 }
 
 BwdData::primitive_desc data_pd(const Context& cx, const Fwd::primitive_desc& fpd,
@@ -51,17 +51,18 @@ Fwd::primitive_desc choose(Context& cx, const NodeInfo& info, const memory::desc
                            const memory::dims& in_dims, const memory::dims& out_dims,
                            const dnnl::primitive_attr& attr, bool need_data) {
   auto make = [&](const memory::desc& src_md, const memory::desc& w_md) {
-    return forward_pd(cx, info, src_md, w_md, any_desc(out_dims), attr);
+    return forward_pd(cx, info, src_md, w_md, any_desc(out_dims, cx.act), attr);
   };
   auto all_fast = [&](const Fwd::primitive_desc& fpd) {
     if (is_reference(fpd)) return false;
     if (is_reference(weights_pd(cx, info, fpd, make_attr(false)))) return false;
     return !need_data || !is_reference(data_pd(cx, fpd, make_attr(false)));
   };
+  const Dt act = cx.act;
   const std::pair<memory::desc, memory::desc> candidates[] = {
-      {plain_desc(in_dims), plain_desc(info.w_dims)},
-      {in_md, any_desc(info.w_dims)},
-      {any_desc(in_dims), any_desc(info.w_dims)},
+      {plain_desc(in_dims, act), plain_desc(info.w_dims, act)},
+      {in_md, any_desc(info.w_dims, act)},
+      {any_desc(in_dims, act), any_desc(info.w_dims, act)},
   };
   for (const auto& [src_md, w_md] : candidates) {
     try {
@@ -71,7 +72,7 @@ Fwd::primitive_desc choose(Context& cx, const NodeInfo& info, const memory::desc
       // this combination is not implemented at all: try the next
     }
   }
-  return make(any_desc(in_dims), any_desc(info.w_dims));
+  return make(any_desc(in_dims, act), any_desc(info.w_dims, act));
 }
 
 }  // namespace

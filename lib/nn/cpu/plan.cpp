@@ -26,14 +26,15 @@ Tag plain_tag(std::size_t ndims) {
 
 }  // namespace
 
-memory::desc plain_desc(const memory::dims& dims) {
-  return {dims, Dt::f32, plain_tag(dims.size())};
+memory::desc plain_desc(const memory::dims& dims, Dt dt) {
+  return {dims, dt, plain_tag(dims.size())};
 }
 
-memory::desc any_desc(const memory::dims& dims) { return {dims, Dt::f32, Tag::any}; }
+memory::desc any_desc(const memory::dims& dims, Dt dt) { return {dims, dt, Tag::any}; }
 
-std::int64_t float_count(const memory& m) {
-  return static_cast<std::int64_t>(m.get_desc().get_size() / sizeof(float));
+std::int64_t element_count(const memory& m) {
+  const memory::desc md = m.get_desc();
+  return static_cast<std::int64_t>(md.get_size() / memory::data_type_size(md.get_data_type()));
 }
 
 float* data_of(const memory& m) { return static_cast<float*>(m.get_data_handle()); }
@@ -71,7 +72,8 @@ Exec Context::make_reorder(Plan& plan, const memory& from, const memory& to,
 }
 
 const memory& Context::tensor(const Plan& plan, int id) const {
-  return id == kGraphInput ? plan.input : plan.t[static_cast<std::size_t>(id)];
+  if (id == kGraphInput) return plan.input_act ? plan.input_act : plan.input;
+  return plan.t[static_cast<std::size_t>(id)];
 }
 
 memory& Context::grad_of(Plan& plan, int id) {
@@ -135,8 +137,8 @@ void Context::deliver(GradTransfer& dl) {
       return;
     case GradTransfer::Move::kCopy:
       stream.wait();
-      std::memcpy(data_of(dl.to), data_of(dl.target),
-                  static_cast<std::size_t>(float_count(dl.to)) * sizeof(float));
+      std::memcpy(dl.to.get_data_handle(), dl.target.get_data_handle(),
+                  dl.to.get_desc().get_size());
       return;
   }
 }

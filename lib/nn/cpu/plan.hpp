@@ -27,9 +27,12 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
 
-memory::desc plain_desc(const memory::dims& dims);
-memory::desc any_desc(const memory::dims& dims);
-std::int64_t float_count(const memory& m);
+// Plain (row-major) and oneDNN's-choice layouts; the data type is FP32 for
+// parameters, gradients, images and logits, Context::act for activations.
+memory::desc plain_desc(const memory::dims& dims, Dt dt = Dt::f32);
+memory::desc any_desc(const memory::dims& dims, Dt dt = Dt::f32);
+// Elements (of the memory's own type) and a float view (FP32 memories only).
+std::int64_t element_count(const memory& m);
 float* data_of(const memory& m);
 // {n, shape...}: a graph shape (no batch) with the batch dimension in front.
 memory::dims with_batch(memory::dim n, const std::vector<std::int64_t>& shape);
@@ -108,10 +111,12 @@ struct NodePlan {
 struct Plan {
   int batch = 0;
   bool training = true;
-  memory input;              // the images (user memory)
-  memory input_grad;         // dL/dimages (user memory), when asked for
-  std::vector<memory> t, d;  // per node: output and dL/doutput
-  GradientPlan grads;        // who writes, who adds, who shares (nn/walk.hpp)
+  memory input;                       // the images (user memory)
+  memory input_act;                   // the images in the compute's type, when it is not FP32
+  std::optional<Exec> input_reorder;  // input -> input_act
+  memory input_grad;                  // dL/dimages (user memory), when asked for
+  std::vector<memory> t, d;           // per node: output and dL/doutput
+  GradientPlan grads;                 // who writes, who adds, who shares (nn/walk.hpp)
   std::vector<NodePlan> nodes;
   memory logits, dlogits;  // plain [batch, outputs]
   std::optional<Exec> logits_reorder, dlogits_reorder;
@@ -124,6 +129,10 @@ struct Plan {
 // What the kinds' functions share. Not thread-safe, like the network.
 struct Context {
   Graph graph;
+  // The activations' and their gradients' type: f32, or bf16 with
+  // compute.precision = bf16 (weights converted per step, weight gradients
+  // produced in FP32 by oneDNN's FP32 accumulation).
+  Dt act = Dt::f32;
   std::vector<NodeInfo> infos;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};

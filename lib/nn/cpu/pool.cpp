@@ -41,7 +41,7 @@ bool plan_forward(Context& cx, Plan& plan, std::size_t j, Arena& arena) {
       plan.training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   np.pool_pd = dnnl::pooling_forward::primitive_desc(
       cx.engine, kind, algorithm_of(node), in.get_desc(),
-      any_desc(with_batch(plan.batch, node.out)), info.strides, info.kernel, kNoDilation,
+      any_desc(with_batch(plan.batch, node.out), cx.act), info.strides, info.kernel, kNoDilation,
       info.pad_l, info.pad_r, make_attr(node.relu));
   Context::note_scratch(plan, np.pool_pd);
   plan.t[j] = arena.take(np.pool_pd.dst_desc());
