@@ -159,6 +159,13 @@ int CommandLine::run(syncopt::comm::MpiSession& mpi) const {
   return 0;
 }
 
+// "syncopt: error (rank R on HOST): WHAT" after a blank line, on stderr.
+void print_error(const syncopt::comm::MpiSession& mpi, const char* what,
+                 const char* kind = "error") {
+  std::fprintf(stderr, "\nsyncopt: %s (rank %d on %s): %s\n", kind, mpi.rank(), mpi.host().c_str(),
+               what);
+}
+
 // The one root-cause block of an error that ended this rank's part, and the
 // exit code to end with: each kind of error says where it happened and
 // decides whether the other ranks must be ended too.
@@ -169,10 +176,7 @@ int report_error(const std::exception_ptr& error, syncopt::comm::MpiSession& mpi
   } catch (const AgreedError& e) {
     // Every rank knows of this error and ends cleanly; only the rank(s)
     // where it happened say why.
-    if (e.reporter()) {
-      std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
-                   e.what());
-    }
+    if (e.reporter()) print_error(mpi, e.what());
     if (mpi.rank() == 0) record_outcome(e);
     return static_cast<int>(e.code());
   } catch (const EndedByPeerError& e) {
@@ -184,31 +188,27 @@ int report_error(const std::exception_ptr& error, syncopt::comm::MpiSession& mpi
   } catch (const AnnouncedError& e) {
     // This rank's own error; the ranks that need it have been told and end
     // by themselves, so nothing is aborted.
-    std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
-                 e.what());
+    print_error(mpi, e.what());
     mpi.abandon();
     return static_cast<int>(e.code());
   } catch (const UnavailableError& e) {
     // A peer this rank needs is dead: the others find out by themselves.
     // Nothing is aborted, and MPI_Finalize, which would wait for the dead
     // peer, is skipped.
-    std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
-                 e.what());
+    print_error(mpi, e.what());
     mpi.abandon();
     return static_cast<int>(e.code());
   } catch (const Error& e) {
     // Raised on this rank alone (outside any agreement): the other ranks may
     // be waiting for it, so it ends the whole job.
     const int code = static_cast<int>(e.code());
-    std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
-                 e.what());
+    print_error(mpi, e.what());
     if (mpi.rank() == 0) record_outcome(e);
     if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
     return code;
   } catch (const std::exception& e) {
     const int code = static_cast<int>(ExitCode::kInternal);
-    std::fprintf(stderr, "\nsyncopt: internal error (rank %d on %s): %s\n", mpi.rank(),
-                 mpi.host().c_str(), e.what());
+    print_error(mpi, e.what(), "internal error");
     if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
     return code;
   }
