@@ -50,19 +50,23 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The TensorBoard event-file test (ctest -L tensorboard) reads syncopt's files
-# with the real reader, PyPI's tensorboard (Debian packages none), run by the
-# python3 on PATH, which is the one CMake finds for CTest.
-if ! python3 -c 'import tensorboard' 2>/dev/null; then
-  echo "setup: installing tensorboard from PyPI for $(command -v python3)"
-  pip_args=(--quiet --disable-pip-version-check --root-user-action=ignore)
+# Python modules from PyPI for the python3 on PATH, which is the one CMake
+# finds for CTest: the TensorBoard event-file test (ctest -L tensorboard)
+# reads syncopt's files with the real reader, tensorboard (Debian packages
+# none); the function-length check (ctest -L arch) measures with lizard.
+pip_install() {  # MODULE PACKAGE
+  if python3 -c "import $1" 2>/dev/null; then return; fi
+  echo "setup: installing $2 from PyPI for $(command -v python3)"
+  local pip_args=(--quiet --disable-pip-version-check --root-user-action=ignore)
   # Debian's own python3 refuses pip installs (PEP 668) unless told to.
   if python3 -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
     pip_args+=(--break-system-packages)
   fi
-  python3 -m pip install "${pip_args[@]}" tensorboard
-fi
+  python3 -m pip install "${pip_args[@]}" "$2"
+}
+pip_install tensorboard tensorboard
+pip_install lizard lizard
 
 # oneDNN 3 for the CPU backend, unless the caller names one (DNNL_ROOT, or
 # -DDNNL_ROOT= among the cmake arguments).

@@ -1,7 +1,8 @@
 // The subcommands of the syncopt binary, one file each: train
 // (train_command.cpp), report, export, keys and checkpoints
 // (inspect_command.cpp), simulate and plan (sim_command.cpp), sweep
-// (sweep_command.cpp). main.cpp parses and dispatches.
+// (sweep_command.cpp). Each has add_X_command, which declares it on the
+// command line, and run_X; main.cpp holds their table and dispatches.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -48,6 +49,19 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& args);
 // peer is dead (see main.cpp).
 int run_train(const TrainArgs& args, comm::MpiSession& mpi);
 
+// `report`, `export` and `checkpoints` read a run directory; `keys` reads
+// nothing (inspect_command.cpp).
+struct RunDirArgs {
+  std::string dir;
+  std::string out;      // export --out
+  bool csv = true;      // export --csv
+  bool fields = false;  // checkpoints --fields
+};
+CLI::App* add_keys_command(CLI::App& app);
+CLI::App* add_checkpoints_command(CLI::App& app, RunDirArgs& args);
+CLI::App* add_report_command(CLI::App& app, RunDirArgs& args);
+CLI::App* add_export_command(CLI::App& app, RunDirArgs& args);
+int run_keys();
 int run_report(const std::string& dir);
 int run_export(const std::string& dir, const std::string& out);
 // fields: also every saved field of every part, with its kind and size.

@@ -1,4 +1,5 @@
-// `syncopt report`, `syncopt export`, `syncopt checkpoints` (see commands.hpp).
+// `syncopt report`, `syncopt export`, `syncopt checkpoints`, `syncopt keys`
+// (see commands.hpp).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,11 +12,69 @@
 #include "commands.hpp"
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
+#include "config/config.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/export.hpp"
 #include "train/run_meta.hpp"
 
 namespace syncopt::app {
+
+CLI::App* add_keys_command(CLI::App& app) {
+  return app.add_subcommand(
+      "keys",
+      "Print the reference of every config key: type, default, allowed values, meaning "
+      "(the same as the end of 'syncopt train --help'; configs/README.md holds a copy).");
+}
+
+namespace {
+
+// A subcommand whose one positional argument is a run directory.
+CLI::App* add_run_dir_command(CLI::App& app, const std::string& name,
+                              const std::string& description, RunDirArgs& args) {
+  auto* cmd = app.add_subcommand(name, description);
+  cmd->add_option("run_dir", args.dir, "A run directory, e.g. runs/fmnist-sync")->required();
+  return cmd;
+}
+
+}  // namespace
+
+CLI::App* add_checkpoints_command(CLI::App& app, RunDirArgs& args) {
+  auto* ckpts = add_run_dir_command(
+      app, "checkpoints",
+      "List a run's checkpoints and verify the latest: every part's size and CRC-32 against its "
+      "manifest, and every saved float finite (65 if not, 66 if there is none).",
+      args);
+  ckpts->add_flag("--fields", args.fields,
+                  "Also list every saved field of every part (kind and size)");
+  return ckpts;
+}
+
+CLI::App* add_report_command(CLI::App& app, RunDirArgs& args) {
+  return add_run_dir_command(
+      app, "report",
+      "Print what a run's records say: steps/s, step-time percentiles, time to the k-th "
+      "gradient, drops per worker, staleness, accuracy of theta and EMA. A run without "
+      "summary.json (running, paused, killed) is read from its records and marked "
+      "INCOMPLETE, with why.",
+      args);
+}
+
+CLI::App* add_export_command(CLI::App& app, RunDirArgs& args) {
+  auto* exporter = add_run_dir_command(
+      app, "export",
+      "Write a run's records as CSV: steps.csv (one row per update), grads.csv (one row per "
+      "gradient received: arrival, accepted, staleness), eval.csv (one row per evaluation); "
+      "into RUN_DIR/csv/ unless --out.",
+      args);
+  exporter->add_flag("--csv", args.csv, "CSV files (the one format, and the default)");
+  exporter->add_option("--out", args.out, "Directory for the files (default RUN_DIR/csv)");
+  return exporter;
+}
+
+int run_keys() {
+  std::printf("%s", config::key_reference().c_str());
+  return 0;
+}
 
 // A finished run is read from its summary.json; one without (running,
 // paused, killed) from its records, and said to be incomplete, with why.

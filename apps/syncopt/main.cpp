@@ -1,9 +1,14 @@
-// syncopt: one SPMD binary. Parses the command line, initialises MPI and
-// hands over to a subcommand (commands.hpp). The single try/catch that turns
-// errors into one message and a documented exit code lives here.
+// syncopt: one SPMD binary, a doorway. Parses the command line, initialises
+// MPI and hands over to the subcommand parsed, found in one table
+// (CommandLine; each subcommand's own file, see commands.hpp). The single
+// try that turns errors into one message and a documented exit code lives
+// here (report_error).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <exception>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,7 +18,6 @@
 #include "common/error.hpp"
 #include "common/signals.hpp"
 #include "common/suggest.hpp"
-#include "config/config.hpp"
 #include "train/ending.hpp"
 
 using namespace syncopt::app;
@@ -61,146 +65,172 @@ void record_outcome(const syncopt::Error& e) {
   syncopt::train::write_outcome_file(syncopt::train::Outcome::failed(e), "", "");
 }
 
-}  // namespace
+// The command line: CLI11's parser, every subcommand's arguments, and the
+// table of subcommands in the order `syncopt --help` lists them.
+class CommandLine {
+ public:
+  CommandLine(int argc, char** argv);
+  CommandLine(const CommandLine&) = delete;  // CLI11 and the table hold addresses inside
+  CommandLine& operator=(const CommandLine&) = delete;
 
-int main(int argc, char** argv) {
-  using namespace syncopt;
-  // Stop signals only set a flag (docs/design.md §10): blocked before any thread
-  // starts, taken by a thread of their own.
-  install_stop_handlers();
-  CLI::App app{
+  // The exit code when the command line ends the run here (a usage error,
+  // --help, --version: rank 0 says so); nullopt when a subcommand is to run.
+  std::optional<int> parse(int argc, char** argv, const syncopt::comm::MpiSession& mpi);
+  // The parsed subcommand's exit code: train runs on every rank, the others
+  // on rank 0 alone (0 elsewhere).
+  int run(syncopt::comm::MpiSession& mpi) const;
+
+ private:
+  struct Subcommand {
+    CLI::App* cli = nullptr;
+    bool every_rank = false;
+    std::function<int(syncopt::comm::MpiSession&)> run;
+  };
+
+  CLI::App m_app{
       "syncopt: synchronous SGD with backup workers (Chen et al., arXiv 1604.00981), "
       "asynchronous SGD with measured staleness, and their baselines, in one SPMD binary.\n"
       "Run single-process:  syncopt train configs/fmnist-local.toml\n"
       "Run under MPI:       mpirun -np 7 syncopt train CONFIG   (srun under SLURM)\n"
       "Override any key:    syncopt train CONFIG --set train.batch=64 --set optim.lr=0.1",
       "syncopt"};
-  app.footer(kExitCodes);
-  app.require_subcommand(1);
-  app.set_version_flag("--version", version_text());
+  TrainArgs m_train;
+  RunDirArgs m_checkpoints, m_report, m_export;
+  SimulateArgs m_simulate;
+  PlanArgs m_plan;
+  SweepArgs m_sweep;
+  std::vector<Subcommand> m_table;
+};
 
-  TrainArgs targs;
-  targs.argv.assign(argv, argv + argc);
-  auto* train = add_train_command(app, targs);
+CommandLine::CommandLine(int argc, char** argv) {
+  m_app.footer(kExitCodes);
+  m_app.require_subcommand(1);
+  m_app.set_version_flag("--version", version_text());
+  m_train.argv.assign(argv, argv + argc);
+  m_simulate.argv = m_train.argv;
+  using syncopt::comm::MpiSession;
+  // (A braced list is evaluated in order: the subcommands are added in this one.)
+  m_table = {
+      {add_train_command(m_app, m_train), true,
+       [this](MpiSession& mpi) { return run_train(m_train, mpi); }},
+      {add_keys_command(m_app), false, [](MpiSession&) { return run_keys(); }},
+      {add_checkpoints_command(m_app, m_checkpoints), false,
+       [this](MpiSession&) { return run_checkpoints(m_checkpoints.dir, m_checkpoints.fields); }},
+      {add_report_command(m_app, m_report), false,
+       [this](MpiSession&) { return run_report(m_report.dir); }},
+      {add_export_command(m_app, m_export), false,
+       [this](MpiSession&) { return run_export(m_export.dir, m_export.out); }},
+      {add_simulate_command(m_app, m_simulate), false,
+       [this](MpiSession&) { return run_simulate(m_simulate); }},
+      {add_plan_command(m_app, m_plan), false, [this](MpiSession&) { return run_plan(m_plan); }},
+      {add_sweep_command(m_app, m_sweep), false,
+       [this](MpiSession&) { return run_sweep(m_sweep); }},
+  };
+}
 
-  auto* keys = app.add_subcommand(
-      "keys",
-      "Print the reference of every config key: type, default, allowed values, meaning "
-      "(the same as the end of 'syncopt train --help'; configs/README.md holds a copy).");
-
-  std::string ckpt_dir;
-  auto* ckpts =
-      app.add_subcommand("checkpoints",
-                         "List a run's checkpoints and verify the latest: every part's size and "
-                         "CRC-32 against its manifest, and every saved float finite (65 if not, "
-                         "66 if there is none).");
-  ckpts->add_option("run_dir", ckpt_dir, "A run directory, e.g. runs/fmnist-sync")->required();
-  bool ckpt_fields = false;
-  ckpts->add_flag("--fields", ckpt_fields,
-                  "Also list every saved field of every part (kind and size)");
-
-  std::string report_dir;
-  auto* report = app.add_subcommand(
-      "report",
-      "Print what a run's records say: steps/s, step-time percentiles, time to the k-th "
-      "gradient, drops per worker, staleness, accuracy of theta and EMA. A run without "
-      "summary.json (running, paused, killed) is read from its records and marked "
-      "INCOMPLETE, with why.");
-  report->add_option("run_dir", report_dir, "A run directory, e.g. runs/fmnist-sync")->required();
-
-  std::string export_dir, export_out;
-  bool export_csv = true;
-  auto* exporter = app.add_subcommand(
-      "export",
-      "Write a run's records as CSV: steps.csv (one row per update), grads.csv (one row per "
-      "gradient received: arrival, accepted, staleness), eval.csv (one row per evaluation); "
-      "into RUN_DIR/csv/ unless --out.");
-  exporter->add_option("run_dir", export_dir, "A run directory, e.g. runs/fmnist-sync")->required();
-  exporter->add_flag("--csv", export_csv, "CSV files (the one format, and the default)");
-  exporter->add_option("--out", export_out, "Directory for the files (default RUN_DIR/csv)");
-
-  SimulateArgs sargs;
-  sargs.argv = targs.argv;
-  auto* simulate = add_simulate_command(app, sargs);
-  PlanArgs pargs;
-  auto* plan = add_plan_command(app, pargs);
-  SweepArgs wargs;
-  auto* sweep = add_sweep_command(app, wargs);
-
-  // MPI first: every mode runs under mpirun and the logger carries the rank.
-  int code = 0;
-  comm::MpiSession mpi(&argc, &argv);
+std::optional<int> CommandLine::parse(int argc, char** argv, const syncopt::comm::MpiSession& mpi) {
+  using syncopt::ExitCode;
+  if (const std::string msg = unknown_subcommand(m_app, argc, argv); !msg.empty()) {
+    if (mpi.rank() == 0) std::fputs(msg.c_str(), stderr);
+    return static_cast<int>(ExitCode::kUsage);
+  }
   try {
-    if (const std::string msg = unknown_subcommand(app, argc, argv); !msg.empty()) {
-      if (mpi.rank() == 0) std::fputs(msg.c_str(), stderr);
-      return static_cast<int>(ExitCode::kUsage);
-    }
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::Success& e) {
-      if (mpi.rank() == 0) app.exit(e);
-      return 0;
-    } catch (const CLI::ParseError& e) {
-      if (mpi.rank() == 0) {
-        app.exit(e);
-        if (app.get_subcommands().empty()) {
-          std::fputs(subcommand_list(app).c_str(), stderr);
-        }
-        std::fprintf(stderr, "(see 'syncopt --help' or 'syncopt SUBCOMMAND --help')\n");
+    m_app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    if (mpi.rank() == 0) m_app.exit(e);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    if (mpi.rank() == 0) {
+      m_app.exit(e);
+      if (m_app.get_subcommands().empty()) {
+        std::fputs(subcommand_list(m_app).c_str(), stderr);
       }
-      return static_cast<int>(ExitCode::kUsage);
+      std::fprintf(stderr, "(see 'syncopt --help' or 'syncopt SUBCOMMAND --help')\n");
     }
-    if (train->parsed()) code = run_train(targs, mpi);
-    if (report->parsed() && mpi.rank() == 0) code = run_report(report_dir);
-    if (exporter->parsed() && mpi.rank() == 0) code = run_export(export_dir, export_out);
-    if (keys->parsed() && mpi.rank() == 0) std::printf("%s", config::key_reference().c_str());
-    if (ckpts->parsed() && mpi.rank() == 0) code = run_checkpoints(ckpt_dir, ckpt_fields);
-    if (simulate->parsed() && mpi.rank() == 0) code = run_simulate(sargs);
-    if (plan->parsed() && mpi.rank() == 0) code = run_plan(pargs);
-    if (sweep->parsed() && mpi.rank() == 0) code = run_sweep(wargs);
+    return static_cast<int>(ExitCode::kUsage);
+  }
+  return std::nullopt;
+}
+
+int CommandLine::run(syncopt::comm::MpiSession& mpi) const {
+  for (const Subcommand& s : m_table) {
+    if (s.cli->parsed() && (s.every_rank || mpi.rank() == 0)) return s.run(mpi);
+  }
+  return 0;
+}
+
+// "syncopt: error (rank R on HOST): WHAT" after a blank line, on stderr.
+void print_error(const syncopt::comm::MpiSession& mpi, const char* what,
+                 const char* kind = "error") {
+  std::fprintf(stderr, "\nsyncopt: %s (rank %d on %s): %s\n", kind, mpi.rank(), mpi.host().c_str(),
+               what);
+}
+
+// The one root-cause block of an error that ended this rank's part, and the
+// exit code to end with: each kind of error says where it happened and
+// decides whether the other ranks must be ended too.
+int report_error(const std::exception_ptr& error, syncopt::comm::MpiSession& mpi) {
+  using namespace syncopt;
+  try {
+    std::rethrow_exception(error);
   } catch (const AgreedError& e) {
     // Every rank knows of this error and ends cleanly; only the rank(s)
     // where it happened say why.
-    code = static_cast<int>(e.code());
-    if (e.reporter()) {
-      std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
-                   e.what());
-    }
+    if (e.reporter()) print_error(mpi, e.what());
     if (mpi.rank() == 0) record_outcome(e);
+    return static_cast<int>(e.code());
   } catch (const EndedByPeerError& e) {
     // Another rank ended the job and said why: one line here, not a new
     // error. MPI_Finalize, which would wait for that rank, is skipped.
-    code = static_cast<int>(e.code());
     std::fprintf(stderr, "syncopt: rank %d on %s: %s\n", mpi.rank(), mpi.host().c_str(), e.what());
     mpi.abandon();
+    return static_cast<int>(e.code());
   } catch (const AnnouncedError& e) {
     // This rank's own error; the ranks that need it have been told and end
     // by themselves, so nothing is aborted.
-    code = static_cast<int>(e.code());
-    std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
-                 e.what());
+    print_error(mpi, e.what());
     mpi.abandon();
+    return static_cast<int>(e.code());
   } catch (const UnavailableError& e) {
     // A peer this rank needs is dead: the others find out by themselves.
     // Nothing is aborted, and MPI_Finalize, which would wait for the dead
     // peer, is skipped.
-    code = static_cast<int>(e.code());
-    std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
-                 e.what());
+    print_error(mpi, e.what());
     mpi.abandon();
+    return static_cast<int>(e.code());
   } catch (const Error& e) {
     // Raised on this rank alone (outside any agreement): the other ranks may
     // be waiting for it, so it ends the whole job.
-    code = static_cast<int>(e.code());
-    std::fprintf(stderr, "\nsyncopt: error (rank %d on %s): %s\n", mpi.rank(), mpi.host().c_str(),
-                 e.what());
+    const int code = static_cast<int>(e.code());
+    print_error(mpi, e.what());
     if (mpi.rank() == 0) record_outcome(e);
     if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    return code;
   } catch (const std::exception& e) {
-    code = static_cast<int>(ExitCode::kInternal);
-    std::fprintf(stderr, "\nsyncopt: internal error (rank %d on %s): %s\n", mpi.rank(),
-                 mpi.host().c_str(), e.what());
+    const int code = static_cast<int>(ExitCode::kInternal);
+    print_error(mpi, e.what(), "internal error");
     if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    return code;
+  }
+}
+
+}  // namespace
+
+// Parse, pick the subcommand, hand over; one try turns any error into one
+// message and a documented exit code (report_error).
+int main(int argc, char** argv) {
+  // Stop signals only set a flag (docs/design.md §10): blocked before any thread
+  // starts, taken by a thread of their own.
+  syncopt::install_stop_handlers();
+  CommandLine command_line(argc, argv);
+  // MPI first: every mode runs under mpirun and the logger carries the rank.
+  syncopt::comm::MpiSession mpi(&argc, &argv);
+  int code = 0;
+  try {
+    if (const auto done = command_line.parse(argc, argv, mpi)) return *done;
+    code = command_line.run(mpi);
+  } catch (...) {
+    code = report_error(std::current_exception(), mpi);
   }
   mpi.finalize(code);
   return code;

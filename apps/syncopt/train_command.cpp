@@ -181,91 +181,101 @@ std::string broadcast_text(const std::string& text) {
   return out;
 }
 
-}  // namespace
+// The config, the roles and the compute backend, read and checked on every
+// rank; a problem on any rank (a file missing on one node) is agreed on, and
+// reported once.
+struct Job {
+  syncopt::config::Config cfg;
+  syncopt::layout::Roles roles;
+  syncopt::train::Compute compute;
+};
 
-int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
+Job load_job(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
   using namespace syncopt;
-  // Every rank reads the config and fits the layout; a problem on any rank
-  // (a file missing on one node) is agreed on, and reported once.
-  config::Config cfg;
-  layout::Roles roles;
-  train::Compute compute;
+  Job job;
   comm::agree(MPI_COMM_WORLD, [&] {
-    cfg = config::load(args.config_path, args.overrides);
+    job.cfg = config::load(args.config_path, args.overrides);
     // The model fits its input (as data.name gives it) before anything
     // starts: a shape error is a config error of every rank, said once.
-    (void)nn::model_graph(train::expected_model_spec(cfg));
-    roles = layout::make_roles(cfg, mpi.size());
-    compute = app::make_compute(cfg.compute, cfg.cluster.dead_after_s);
+    (void)nn::model_graph(train::expected_model_spec(job.cfg));
+    job.roles = layout::make_roles(job.cfg, mpi.size());
+    job.compute = app::make_compute(job.cfg.compute, job.cfg.cluster.dead_after_s);
   });
-  // `syncopt train runs/<name>/config.toml` repeats that run under a new
-  // name (<name>-2, ...); rank 0 picks it, so that every rank agrees. With
-  // --set run.resume=true it resumes that directory, where it is.
-  train::Invocation inv = make_invocation(args.argv, args.config_path, args.overrides);
+  return job;
+}
+
+// `syncopt train runs/<name>/config.toml` repeats that run under a new name
+// (<name>-2, ...); rank 0 picks it, so that every rank agrees. With --set
+// run.resume=true it resumes that directory, where it is.
+void name_the_run(const TrainArgs& args, const syncopt::comm::MpiSession& mpi,
+                  syncopt::config::Config& cfg, syncopt::train::Invocation& inv) {
+  using namespace syncopt;
   if (train::resume_in_place(cfg, args.config_path, args.overrides) && mpi.rank() == 0) {
     std::fprintf(stderr, "syncopt: resuming the run in %s (the directory of %s)\n",
                  (std::filesystem::path(cfg.run.dir) / cfg.run.name).string().c_str(),
                  args.config_path.c_str());
   }
-  if (!cfg.run.resume) {
-    std::string again;
-    comm::agree(MPI_COMM_WORLD, [&] {
-      if (mpi.rank() == 0) again = train::repeat_name(args.config_path, cfg.run.dir, cfg.run.name);
-    });
-    again = broadcast_text(again);
-    if (!again.empty()) {
-      inv.repeat_of = (std::filesystem::path(cfg.run.dir) / cfg.run.name).string();
-      if (mpi.rank() == 0) {
-        std::fprintf(stderr, "syncopt: repeating the run %s as run.name = \"%s\" (%s untouched)\n",
-                     inv.repeat_of.c_str(), again.c_str(), inv.repeat_of.c_str());
-      }
-      cfg.run.name = again;
-    }
+  if (cfg.run.resume) return;
+  std::string again;
+  comm::agree(MPI_COMM_WORLD, [&] {
+    if (mpi.rank() == 0) again = train::repeat_name(args.config_path, cfg.run.dir, cfg.run.name);
+  });
+  again = broadcast_text(again);
+  if (again.empty()) return;
+  inv.repeat_of = (std::filesystem::path(cfg.run.dir) / cfg.run.name).string();
+  if (mpi.rank() == 0) {
+    std::fprintf(stderr, "syncopt: repeating the run %s as run.name = \"%s\" (%s untouched)\n",
+                 inv.repeat_of.c_str(), again.c_str(), inv.repeat_of.c_str());
   }
-  // One experiment, one build: every rank's resolved config and binary
-  // must be rank 0's (a different model on one rank would corrupt memory).
-  comm::agree(MPI_COMM_WORLD, [&] { check_same_job(cfg, mpi); });
-  const bool local = mpi.size() == 1;
-  setup_logging(mpi.rank(), local ? "local" : roles.role_name(mpi.rank()), args.verbose,
-                args.quiet);
-  if (args.dry_run) {
-    print_dry_run(args, cfg, roles, compute, mpi);
-    return 0;
+  cfg.run.name = again;
+}
+
+// A stopped run says how to continue it.
+void print_how_to_resume(const syncopt::train::Outcome& outcome,
+                         const std::filesystem::path& run_dir) {
+  if (outcome.status() != syncopt::RunStatus::kStopped) return;
+  std::printf(
+      "stopped (%s) with a checkpoint: continue with syncopt train %s --set "
+      "run.resume=true\n",
+      outcome.detail.c_str(), (run_dir / "config.toml").string().c_str());
+}
+
+// A world of one rank: the local trainer, and its summary.
+int train_alone(const TrainArgs& args, const Job& job, const syncopt::train::Invocation& inv) {
+  using namespace syncopt;
+  // A config that asks for parameter servers and workers started without
+  // MPI would train something else (one process, no backups, no
+  // staleness) under the experiment's name: refused, with what to run.
+  if (job.cfg.train.mode != config::Mode::kLocal) {
+    throw UsageError("train.mode = \"" + std::string(config::mode_name(job.cfg.train.mode)) +
+                     "\" needs several MPI ranks (parameter servers and workers), but this "
+                     "process runs alone (no mpirun or srun). Start it under MPI:\n  " +
+                     mpi_line(args, job.cfg) +
+                     "\nor scripts/run.sh CONFIG, or srun/sbatch under SLURM "
+                     "(scripts/slurm/train.sbatch). To train in this one process instead, add "
+                     "--set train.mode=local.");
   }
-  if (local) {
-    // A config that asks for parameter servers and workers started without
-    // MPI would train something else (one process, no backups, no
-    // staleness) under the experiment's name: refused, with what to run.
-    if (cfg.train.mode != config::Mode::kLocal) {
-      throw UsageError("train.mode = \"" + std::string(config::mode_name(cfg.train.mode)) +
-                       "\" needs several MPI ranks (parameter servers and workers), but this "
-                       "process runs alone (no mpirun or srun). Start it under MPI:\n  " +
-                       mpi_line(args, cfg) +
-                       "\nor scripts/run.sh CONFIG, or srun/sbatch under SLURM "
-                       "(scripts/slurm/train.sbatch). To train in this one process instead, add "
-                       "--set train.mode=local.");
-    }
-    const train::LocalResult r = train::run_local(cfg, compute, args.quiet, inv);
-    std::printf("\nsummary: %lld steps, %lld examples in %.1fs (%.0f examples/s training)\n",
-                static_cast<long long>(r.steps), static_cast<long long>(r.examples), r.wall_s,
-                r.examples_per_s);
-    if (r.evaluated) {
-      std::printf("         test accuracy %.2f%% (EMA %.2f%%), test loss %.4f\n",
-                  100.0 * r.final_eval.accuracy, 100.0 * r.final_eval_ema.accuracy,
-                  r.final_eval.loss);
-    } else {
-      std::printf("         test accuracy: not evaluated (the run did not complete)\n");
-    }
-    std::printf("         run directory: %s\n", r.run_dir.string().c_str());
-    if (r.outcome.status() == RunStatus::kStopped) {
-      std::printf(
-          "stopped (%s) with a checkpoint: continue with syncopt train %s --set "
-          "run.resume=true\n",
-          r.outcome.detail.c_str(), (r.run_dir / "config.toml").string().c_str());
-    }
-    return static_cast<int>(r.outcome.exit_code);
+  const train::LocalResult r = train::run_local(job.cfg, job.compute, args.quiet, inv);
+  std::printf("\nsummary: %lld steps, %lld examples in %.1fs (%.0f examples/s training)\n",
+              static_cast<long long>(r.steps), static_cast<long long>(r.examples), r.wall_s,
+              r.examples_per_s);
+  if (r.evaluated) {
+    std::printf("         test accuracy %.2f%% (EMA %.2f%%), test loss %.4f\n",
+                100.0 * r.final_eval.accuracy, 100.0 * r.final_eval_ema.accuracy,
+                r.final_eval.loss);
+  } else {
+    std::printf("         test accuracy: not evaluated (the run did not complete)\n");
   }
-  const train::DistributedResult r = train::run_distributed(cfg, compute, args.quiet, inv);
+  std::printf("         run directory: %s\n", r.run_dir.string().c_str());
+  print_how_to_resume(r.outcome, r.run_dir);
+  return static_cast<int>(r.outcome.exit_code);
+}
+
+// Every rank in its role; rank 0 prints the report.
+int train_distributed(const TrainArgs& args, const Job& job, const syncopt::train::Invocation& inv,
+                      syncopt::comm::MpiSession& mpi) {
+  using namespace syncopt;
+  const train::DistributedResult r = train::run_distributed(job.cfg, job.compute, args.quiet, inv);
   if (r.peer_lost && r.dead_ranks.empty()) {
     // A rank of the job died (a shard said so): MPI_Finalize would wait for it.
     mpi.abandon();
@@ -285,14 +295,29 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     std::printf("\n%s", r.report.c_str());
     std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
                 r.run_dir.string().c_str(), r.run_dir.string().c_str(), r.run_dir.string().c_str());
-    if (r.outcome.status() == RunStatus::kStopped) {
-      std::printf(
-          "stopped (%s) with a checkpoint: continue with syncopt train %s --set "
-          "run.resume=true\n",
-          r.outcome.detail.c_str(), (r.run_dir / "config.toml").string().c_str());
-    }
+    print_how_to_resume(r.outcome, r.run_dir);
   }
   return static_cast<int>(r.outcome.exit_code);
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
+  using namespace syncopt;
+  Job job = load_job(args, mpi);
+  train::Invocation inv = make_invocation(args.argv, args.config_path, args.overrides);
+  name_the_run(args, mpi, job.cfg, inv);
+  // One experiment, one build: every rank's resolved config and binary
+  // must be rank 0's (a different model on one rank would corrupt memory).
+  comm::agree(MPI_COMM_WORLD, [&] { check_same_job(job.cfg, mpi); });
+  const bool local = mpi.size() == 1;
+  setup_logging(mpi.rank(), local ? "local" : job.roles.role_name(mpi.rank()), args.verbose,
+                args.quiet);
+  if (args.dry_run) {
+    print_dry_run(args, job.cfg, job.roles, job.compute, mpi);
+    return 0;
+  }
+  return local ? train_alone(args, job, inv) : train_distributed(args, job, inv, mpi);
 }
 
 CLI::Option* add_set_option(CLI::App* cmd, std::vector<std::string>& overrides,

@@ -43,6 +43,13 @@ void LivenessCore::heard(int peer, double now) {
   last = std::max(last, now);
 }
 
+void LivenessCore::heartbeat(int peer, double now, std::uint32_t flags) {
+  heard(peer, now);
+  if ((flags & kFlagPaused) == 0) return;
+  restart(now);
+  ++m_peer_pauses;
+}
+
 std::vector<int> LivenessCore::newly_dead(double now) {
   std::vector<int> out;
   for (std::size_t p = 0; p < m_last.size(); ++p) {
@@ -208,7 +215,8 @@ int Watch::index_of(int rank) const {
 std::vector<int> Watch::poll(double now) {
   // This process was not running: its heartbeat thread has not had a round
   // for longer than a pause (it just woke, before that thread did), or it
-  // has seen the gap since.
+  // has seen the gap since. (A peer that says so restarts them too:
+  // LivenessCore::heartbeat.)
   bool restart = m_beat.beating() && monotonic_s() - m_beat.last_round_s() > m_pause_threshold_s;
   if (const int p = m_beat.pauses(); p != m_seen_pauses) {
     m_seen_pauses = p;
@@ -219,11 +227,11 @@ std::vector<int> Watch::poll(double now) {
     m_last_test_s = now;
     for (const auto& d : m_slots.test()) {
       const int i = d.slot % n;
-      m_core.heard(i, now);
       const MsgHeader& h = m_slots.message(d.slot).header();
       if (d.slot < n) {
-        if ((h.flags & kFlagPaused) != 0) restart = true;
+        m_core.heartbeat(i, now, h.flags);
       } else {
+        m_core.heard(i, now);
         const std::string err =
             check_header(h, {static_cast<std::uint32_t>(m_peers[static_cast<std::size_t>(i)]),
                              {Kind::kEnding, Kind::kSaved, Kind::kStop},

@@ -12,7 +12,7 @@
 // itself not running (the heartbeat thread's own rounds show a gap, or the
 // boot clock ran ahead of the monotonic one: a suspended machine) restarts
 // its silence timers, and its next beats carry a flag that makes its peers
-// restart theirs (PauseDetector, Watch::poll).
+// restart theirs (PauseDetector, Watch::poll, LivenessCore::heartbeat).
 //
 // The same channel carries notices: a rank that ends the job (an error of
 // its own, or a peer it cannot go on without) tells the ranks that watch it
@@ -40,6 +40,13 @@ class LivenessCore {
   LivenessCore(int peers, double dead_after_s, double now);
   // Anything from `peer` (a heartbeat or any other message) at `now`.
   void heard(int peer, double now);
+  // A heartbeat from `peer` at `now`, with its header's flags. kFlagPaused
+  // says the peer was not running (docs/design.md §10): the job was stopped
+  // and continued, so the silence of the peers not heard from since says
+  // nothing either, and every live peer's timer restarts at `now`. This
+  // rank may not have seen the pause itself: it was not stopped, or as long,
+  // or its heartbeat thread has ended (the end of its part).
+  void heartbeat(int peer, double now, std::uint32_t flags);
   // Peers silent for dead_after_s at `now`, each returned once, ever.
   std::vector<int> newly_dead(double now);
   // `peer` said goodbye: it is expected to fall silent, and is not dead.
@@ -51,6 +58,8 @@ class LivenessCore {
   bool retired(int peer) const { return m_retired[static_cast<std::size_t>(peer)] != 0; }
   double last_heard(int peer) const { return m_last[static_cast<std::size_t>(peer)]; }
   int dead_count() const;
+  // Restarts that a peer's kFlagPaused asked for.
+  int peer_pauses() const { return m_peer_pauses; }
   // Seconds until the next peer could be declared dead (for sleeping).
   double time_to_next_deadline(double now) const;
 
@@ -58,6 +67,7 @@ class LivenessCore {
   double m_dead_after_s;
   std::vector<double> m_last;
   std::vector<char> m_dead, m_retired;
+  int m_peer_pauses = 0;
 };
 
 // Whether this process was not running between two looks at the clocks,
@@ -189,7 +199,7 @@ class Watch {
   // Stops beating (at the end, before this rank goes quiet on purpose).
   void stop_beating();
   // Pauses of this rank, or of a peer that said so, that restarted the timers.
-  int restarts() const { return m_restarts; }
+  int restarts() const { return m_restarts + m_core.peer_pauses(); }
 
  private:
   int index_of(int rank) const;

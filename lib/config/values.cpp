@@ -104,88 +104,107 @@ std::string describe(const toml::node& node) {
   return "?";
 }
 
+namespace {
+
+// The value is of another TOML type than the key's.
+AssignError mismatch(const KeySpec& spec, const toml::node& node) {
+  return AssignError{"expected " + type_name(spec.type) + ", found " + describe(node)};
+}
+
+// One of the key's words, or the closest one named.
+std::optional<AssignError> assign_enum(const KeySpec& spec, const toml::node& node, Config& cfg) {
+  const auto* v = node.as_string();
+  if (v == nullptr) return mismatch(spec, node);
+  if (spec.enum_ops->set(spec.field(cfg), v->get())) return std::nullopt;
+  std::string msg = spec.path() + " = " + toml_string(v->get()) + ": must be one of " +
+                    join(spec.choices(), " | ");
+  if (const auto near = closest(v->get(), spec.choices()); !near.empty()) {
+    msg += " (did you mean \"" + std::string(near) + "\"?)";
+  }
+  return AssignError{msg, true};
+}
+
+// A TOML value of type V (an integer, a float, ...) into a field of type T.
+template <class T, class V>
+std::optional<AssignError> assign_as(const KeySpec& spec, const toml::node& node, Config& cfg) {
+  const auto* v = node.as<V>();
+  if (v == nullptr) return mismatch(spec, node);
+  field_of<T>(spec, cfg) = static_cast<T>(v->get());
+  return std::nullopt;
+}
+
+std::optional<AssignError> assign_count_or_auto(const KeySpec& spec, const toml::node& node,
+                                                Config& cfg) {
+  if (const auto* v = node.as_integer()) {
+    field_of<CountOrAuto>(spec, cfg) = v->get();
+    return std::nullopt;
+  }
+  const auto* v = node.as_string();
+  if (v == nullptr) return mismatch(spec, node);
+  if (v->get() != kAutoWord) {
+    return AssignError{"expected integer or \"auto\", found " + describe(node)};
+  }
+  field_of<CountOrAuto>(spec, cfg) = AutoCount{};
+  return std::nullopt;
+}
+
+std::optional<AssignError> assign_uint(const KeySpec& spec, const toml::node& node, Config& cfg) {
+  const auto* v = node.as_integer();
+  if (v == nullptr || v->get() < 0) return mismatch(spec, node);
+  field_of<std::uint64_t>(spec, cfg) = static_cast<std::uint64_t>(v->get());
+  return std::nullopt;
+}
+
+// A float, or an integer taken as one.
+std::optional<AssignError> assign_float(const KeySpec& spec, const toml::node& node, Config& cfg) {
+  if (node.as_integer() != nullptr) return assign_as<double, std::int64_t>(spec, node, cfg);
+  return assign_as<double, double>(spec, node, cfg);
+}
+
+std::optional<AssignError> assign_int_list(const KeySpec& spec, const toml::node& node,
+                                           Config& cfg) {
+  const auto* arr = node.as_array();
+  if (arr == nullptr) return mismatch(spec, node);
+  std::vector<std::int64_t> values;
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    const auto* v = arr->get(i)->as_integer();
+    if (v == nullptr) {
+      return AssignError{"element " + std::to_string(i) + ": expected integer, found " +
+                         describe(*arr->get(i))};
+    }
+    values.push_back(v->get());
+  }
+  field_of<std::vector<std::int64_t>>(spec, cfg) = std::move(values);
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<AssignError> assign(const KeySpec& spec, const toml::node& node, Config& cfg) {
   switch (spec.type) {
     case KeyType::kEnum:
-      if (const auto* v = node.as_string()) {
-        if (spec.enum_ops->set(spec.field(cfg), v->get())) return std::nullopt;
-        std::string msg = spec.path() + " = " + toml_string(v->get()) + ": must be one of " +
-                          join(spec.choices(), " | ");
-        if (const auto near = closest(v->get(), spec.choices()); !near.empty()) {
-          msg += " (did you mean \"" + std::string(near) + "\"?)";
-        }
-        return AssignError{msg, true};
-      }
-      break;
+      return assign_enum(spec, node, cfg);
     case KeyType::kString:
-      if (const auto* v = node.as_string()) {
-        field_of<std::string>(spec, cfg) = v->get();
-        return std::nullopt;
-      }
-      break;
+      return assign_as<std::string, std::string>(spec, node, cfg);
     case KeyType::kInt:
-      if (const auto* v = node.as_integer()) {
-        field_of<std::int64_t>(spec, cfg) = v->get();
-        return std::nullopt;
-      }
-      break;
+      return assign_as<std::int64_t, std::int64_t>(spec, node, cfg);
     case KeyType::kCountOrAuto:
-      if (const auto* v = node.as_integer()) {
-        field_of<CountOrAuto>(spec, cfg) = v->get();
-        return std::nullopt;
-      }
-      if (const auto* v = node.as_string()) {
-        if (v->get() == kAutoWord) {
-          field_of<CountOrAuto>(spec, cfg) = AutoCount{};
-          return std::nullopt;
-        }
-        return AssignError{"expected integer or \"auto\", found " + describe(node)};
-      }
-      break;
+      return assign_count_or_auto(spec, node, cfg);
     case KeyType::kUint:
-      if (const auto* v = node.as_integer(); v != nullptr && v->get() >= 0) {
-        field_of<std::uint64_t>(spec, cfg) = static_cast<std::uint64_t>(v->get());
-        return std::nullopt;
-      }
-      break;
+      return assign_uint(spec, node, cfg);
     case KeyType::kFloat:
-      if (const auto* v = node.as_floating_point()) {
-        field_of<double>(spec, cfg) = v->get();
-        return std::nullopt;
-      }
-      if (const auto* v = node.as_integer()) {
-        field_of<double>(spec, cfg) = static_cast<double>(v->get());
-        return std::nullopt;
-      }
-      break;
+      return assign_float(spec, node, cfg);
     case KeyType::kBool:
-      if (const auto* v = node.as_boolean()) {
-        field_of<bool>(spec, cfg) = v->get();
-        return std::nullopt;
-      }
-      break;
+      return assign_as<bool, bool>(spec, node, cfg);
     case KeyType::kLayers:
       if (auto why = read_layers(node, field_of<std::vector<nn::LayerDesc>>(spec, cfg))) {
         return AssignError{spec.path() + ": " + *why, true};
       }
       return std::nullopt;
     case KeyType::kIntList:
-      if (const auto* arr = node.as_array()) {
-        std::vector<std::int64_t> values;
-        for (std::size_t i = 0; i < arr->size(); ++i) {
-          const auto* v = arr->get(i)->as_integer();
-          if (v == nullptr) {
-            return AssignError{"element " + std::to_string(i) + ": expected integer, found " +
-                               describe(*arr->get(i))};
-          }
-          values.push_back(v->get());
-        }
-        field_of<std::vector<std::int64_t>>(spec, cfg) = std::move(values);
-        return std::nullopt;
-      }
-      break;
+      return assign_int_list(spec, node, cfg);
   }
-  return AssignError{"expected " + type_name(spec.type) + ", found " + describe(node)};
+  return mismatch(spec, node);
 }
 
 }  // namespace syncopt::config::detail

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -405,53 +406,63 @@ RunInfo run_info_from_summary(const json& s) {
   return i;
 }
 
-std::string format_report(const RunAnalysis& an, const std::vector<json>& evals,
-                          const std::string& incomplete) {
-  const json& s = an.summary;
-  std::ostringstream os;
+namespace {
+
+// printf into the report, a line of at most 255 characters a call.
+__attribute__((format(printf, 2, 3))) void put(std::ostream& os, const char* format, ...) {
   char buf[256];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof(buf), format, args);
+  va_end(args);
+  os << buf;
+}
+
+// What ran, how fast, and how long a step took.
+void put_run(std::ostream& os, const json& s, const std::string& incomplete) {
   if (!incomplete.empty()) os << "INCOMPLETE: " << incomplete << "\n";
-  std::snprintf(
-      buf, sizeof(buf), "mode %s   N = %d   b = %d   shards = %d   workers = %d   batch %lld\n",
+  put(os, "mode %s   N = %d   b = %d   shards = %d   workers = %d   batch %lld\n",
       s["mode"].get<std::string>().c_str(), s["N"].get<int>(), s["b"].get<int>(), s["S"].get<int>(),
       s["workers"].get<int>(), static_cast<long long>(s["batch"].get<std::int64_t>()));
-  os << buf;
   const double epochs = s["epochs"].get<double>();
   char epochs_text[48] = "epochs unknown";
   if (epochs >= 0.0) std::snprintf(epochs_text, sizeof(epochs_text), "%.2f epochs", epochs);
-  std::snprintf(buf, sizeof(buf), "updates %zu in %.1fs: %.2f steps/s, %.0f examples/s (%s)\n",
-                s["steps"].get<std::size_t>(), s["wall_s"].get<double>(),
-                s["steps_per_s"].get<double>(), s["examples_per_s"].get<double>(), epochs_text);
-  os << buf;
-  std::snprintf(buf, sizeof(buf),
-                "step time (s): p50 %.4f  p90 %.4f  max %.4f   worker compute p50 %.4f   "
-                "aggregate+apply p50 %.4f\n",
-                s["step_time_p50_s"].get<double>(), s["step_time_p90_s"].get<double>(),
-                s["step_time_max_s"].get<double>(), s["compute_time_p50_s"].get<double>(),
-                s.value("apply_time_p50_s", 0.0));
-  os << buf;
+  put(os, "updates %zu in %.1fs: %.2f steps/s, %.0f examples/s (%s)\n",
+      s["steps"].get<std::size_t>(), s["wall_s"].get<double>(), s["steps_per_s"].get<double>(),
+      s["examples_per_s"].get<double>(), epochs_text);
+  put(os,
+      "step time (s): p50 %.4f  p90 %.4f  max %.4f   worker compute p50 %.4f   "
+      "aggregate+apply p50 %.4f\n",
+      s["step_time_p50_s"].get<double>(), s["step_time_p90_s"].get<double>(),
+      s["step_time_max_s"].get<double>(), s["compute_time_p50_s"].get<double>(),
+      s.value("apply_time_p50_s", 0.0));
+}
+
+// The paper's Figure 3 as a table, when any step has its times.
+void put_time_to_kth(std::ostream& os, const json& s) {
   const auto& mean = s["time_to_kth_mean_s"];
   const auto& med = s["time_to_kth_median_s"];
   const auto& cnt = s["time_to_kth_samples"];
   bool any_kth = false;
   for (const auto& c : cnt) any_kth = any_kth || c.get<std::size_t>() > 0;
-  if (any_kth) {
-    os << "time to the k-th gradient of a step (s), from the step's start:\n";
-    os << "     k      mean    median   steps\n";
-    for (std::size_t k = 0; k < mean.size(); ++k) {
-      std::snprintf(buf, sizeof(buf), "  %4zu  %8.4f  %8.4f  %6zu\n", k + 1, mean[k].get<double>(),
-                    med[k].get<double>(), cnt[k].get<std::size_t>());
-      os << buf;
-    }
+  if (!any_kth) return;
+  os << "time to the k-th gradient of a step (s), from the step's start:\n";
+  os << "     k      mean    median   steps\n";
+  for (std::size_t k = 0; k < mean.size(); ++k) {
+    put(os, "  %4zu  %8.4f  %8.4f  %6zu\n", k + 1, mean[k].get<double>(), med[k].get<double>(),
+        cnt[k].get<std::size_t>());
   }
+}
+
+// Accepted and dropped gradients per worker, and what the shards disagreed on.
+void put_workers(std::ostream& os, const json& s) {
   os << "per worker (shard 0):   accepted   dropped\n";
   const auto& acc = s["accepted_per_worker"];
   const auto& drops = s["drops_per_worker"];
   for (std::size_t w = 0; w < drops.size(); ++w) {
-    std::snprintf(buf, sizeof(buf), "  worker %-4zu          %8lld  %8lld\n", w,
-                  static_cast<long long>(acc[w].get<std::int64_t>()),
-                  static_cast<long long>(drops[w].get<std::int64_t>()));
-    os << buf;
+    put(os, "  worker %-4zu          %8lld  %8lld\n", w,
+        static_cast<long long>(acc[w].get<std::int64_t>()),
+        static_cast<long long>(drops[w].get<std::int64_t>()));
   }
   if (s["S"].get<int>() > 1) {
     const auto& d = s["cross_shard_disagreements"];
@@ -460,9 +471,12 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals,
                          : std::string("unknown (only shard 0's records were kept)"))
        << "\n";
   }
-  std::snprintf(buf, sizeof(buf), "staleness of applied gradients: mean %.2f  max %.0f\n",
-                s["staleness_mean"].get<double>(), s["staleness_max"].get<double>());
-  os << buf;
+}
+
+// Staleness: of the applied gradients, the histogram of all, and per bucket.
+void put_staleness(std::ostream& os, const json& s) {
+  put(os, "staleness of applied gradients: mean %.2f  max %.0f\n",
+      s["staleness_mean"].get<double>(), s["staleness_max"].get<double>());
   os << "staleness histogram (all gradients received):";
   // JSON keeps the keys as text ("10" before "2"): print them in number order.
   std::vector<std::pair<long long, std::int64_t>> hist;
@@ -472,39 +486,52 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals,
   std::sort(hist.begin(), hist.end());
   for (const auto& [k, v] : hist) os << "  " << k << ":" << v;
   os << "\n";
-  if (const auto it = s.find("staleness_by_layer"); it != s.end() && it->is_array()) {
-    os << "staleness by layer (each bucket applied on arrival; bucket 0 holds a shard's first "
-          "layers):\n  shard  bucket      mean   max  layers\n";
-    for (const auto& e : *it) {
-      std::snprintf(buf, sizeof(buf), "  %5d  %6d  %8.2f  %4.0f  %s\n", e["shard"].get<int>(),
-                    e["bucket"].get<int>(), e["mean"].get<double>(), e["max"].get<double>(),
-                    e.value("layers", std::string()).c_str());
-      os << buf;
-    }
+  const auto it = s.find("staleness_by_layer");
+  if (it == s.end() || !it->is_array()) return;
+  os << "staleness by layer (each bucket applied on arrival; bucket 0 holds a shard's first "
+        "layers):\n  shard  bucket      mean   max  layers\n";
+  for (const auto& e : *it) {
+    put(os, "  %5d  %6d  %8.2f  %4.0f  %s\n", e["shard"].get<int>(), e["bucket"].get<int>(),
+        e["mean"].get<double>(), e["max"].get<double>(), e.value("layers", std::string()).c_str());
   }
+}
+
+// Test accuracy over the run and at its end.
+void put_accuracy(std::ostream& os, const json& s, const std::vector<json>& evals,
+                  const std::string& incomplete) {
   if (!evals.empty()) {
     os << "test accuracy over the run:\n      step    wall_s   theta    EMA\n";
     for (const auto& e : evals) {
-      std::snprintf(buf, sizeof(buf), "  %8llu  %8.1f  %6.2f%%  %6.2f%%\n",
-                    static_cast<unsigned long long>(e["step"].get<std::uint64_t>()),
-                    e["wall_s"].get<double>(), 100 * e["test_acc"].get<double>(),
-                    100 * e["test_acc_ema"].get<double>());
-      os << buf;
+      put(os, "  %8llu  %8.1f  %6.2f%%  %6.2f%%\n",
+          static_cast<unsigned long long>(e["step"].get<std::uint64_t>()),
+          e["wall_s"].get<double>(), 100 * e["test_acc"].get<double>(),
+          100 * e["test_acc_ema"].get<double>());
     }
   }
   if (s["test_acc"].is_number()) {
-    std::snprintf(buf, sizeof(buf),
-                  "final test accuracy: theta %.2f%%   EMA %.2f%%   (test loss %.4f)\n",
-                  100 * s["test_acc"].get<double>(), 100 * s["test_acc_ema"].get<double>(),
-                  s["test_loss"].get<double>());
-    os << buf;
-  } else {
-    os << "final test accuracy: not evaluated"
-       << (!incomplete.empty()                   ? " (the run did not complete)"
-           : s.value("clock", "") == "simulated" ? " (a simulation trains nothing)"
-                                                 : "")
-       << "\n";
+    put(os, "final test accuracy: theta %.2f%%   EMA %.2f%%   (test loss %.4f)\n",
+        100 * s["test_acc"].get<double>(), 100 * s["test_acc_ema"].get<double>(),
+        s["test_loss"].get<double>());
+    return;
   }
+  os << "final test accuracy: not evaluated"
+     << (!incomplete.empty()                   ? " (the run did not complete)"
+         : s.value("clock", "") == "simulated" ? " (a simulation trains nothing)"
+                                               : "")
+     << "\n";
+}
+
+}  // namespace
+
+std::string format_report(const RunAnalysis& an, const std::vector<json>& evals,
+                          const std::string& incomplete) {
+  const json& s = an.summary;
+  std::ostringstream os;
+  put_run(os, s, incomplete);
+  put_time_to_kth(os, s);
+  put_workers(os, s);
+  put_staleness(os, s);
+  put_accuracy(os, s, evals, incomplete);
   return os.str();
 }
 

@@ -2,13 +2,22 @@
 // them): MPI at MPI_THREAD_MULTIPLE, as syncopt itself asks for
 // (comm::MpiSession), because the shard's heartbeat thread calls MPI while
 // the main thread does. Every rank's Catch2 verdict is reduced, so all
-// ranks agree on pass or fail, and a run that matched no test case fails.
+// ranks agree on pass or fail, and a run that matched no test case fails;
+// within a case, agreed() reduces a verdict before Catch2 asserts it (a
+// REQUIRE on one rank before a collective would leave the others waiting).
 #pragma once
 
 #include <mpi.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+
+// Whether `ok` holds on every rank (collective).
+inline bool agreed(bool ok) {
+  int mine = ok ? 1 : 0, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
 
 inline int run_catch_under_mpi(int argc, char** argv) {
   int provided = 0;

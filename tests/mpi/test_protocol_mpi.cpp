@@ -103,13 +103,6 @@ void good_header(comm::Message& m, std::size_t count) {
   h.count = static_cast<std::uint32_t>(count);
 }
 
-// Every rank must agree that `ok` holds on rank 0.
-bool agreed(bool ok) {
-  int mine = ok ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all == 1;
-}
-
 bool rank0_contains(const std::string& error, const char* a, const char* b) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -49,12 +49,6 @@ constexpr int kTagSignal = 77;  // worker 0 -> worker 3: the version I hold
 constexpr int kTagAck = 78;     // worker 3 -> worker 0: my late gradient was answered
 constexpr std::uint64_t kEnded = ~std::uint64_t{0};
 
-bool agreed(bool ok) {
-  int mine = ok ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all == 1;
-}
-
 // A scripted worker: blocking sends and receives are fine here, the shard
 // keeps a receive posted for every worker.
 struct ScriptedWorker {

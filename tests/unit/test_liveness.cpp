@@ -1,9 +1,11 @@
 // The liveness decisions of comm/liveness.hpp, without MPI: who is dead
 // after dead_after_s of silence, and the pause that must not count as a
-// death (a stopped or suspended job: the timers restart).
+// death (a stopped or suspended job: the timers restart, here and, told by
+// a heartbeat's kFlagPaused, at the peers).
 #include <catch2/catch.hpp>
 
 #include "comm/liveness.hpp"
+#include "comm/protocol.hpp"
 
 using namespace syncopt::comm;
 
@@ -35,6 +37,43 @@ TEST_CASE("liveness: a restart gives every live peer a full window, not the dead
   paused.restart(5.0);
   CHECK(paused.last_heard(0) == 9.5);
   CHECK_FALSE(paused.alive(0));
+}
+
+TEST_CASE("liveness: a peer's paused flag restarts every timer, so the peers still waking live",
+          "[liveness]") {
+  // A watcher of three peers, dead_after_s 3. The job is stopped at 1 s and
+  // continued at 10 s, and this watcher did not see the pause itself (it was
+  // not stopped, or its heartbeat thread had ended with its part). At 10 s
+  // peer 0's first beat is in, flagged; peers 1 and 2 have not beaten yet.
+  const auto paused_job = [](std::uint32_t flag) {
+    LivenessCore core(3, 3.0, 0.0);
+    for (int p = 0; p < 3; ++p) core.heartbeat(p, 1.0, 0);
+    core.heartbeat(0, 10.0, flag);
+    return core;
+  };
+  LivenessCore told = paused_job(kFlagPaused);
+  CHECK(told.newly_dead(10.0).empty());
+  CHECK(told.peer_pauses() == 1);
+  CHECK(told.last_heard(2) == 10.0);
+  // Peer 1 wakes a little later, its beat flagged too: another full window.
+  told.heartbeat(1, 10.4, kFlagPaused);
+  told.heartbeat(0, 12.0, 0);
+  told.heartbeat(1, 12.4, 0);
+  CHECK(told.newly_dead(13.3).empty());
+  // Peer 2 never comes back: dead one window after the last restart (the
+  // cost of a pause, docs/design.md §10), and a later flag cannot revive it.
+  CHECK(told.newly_dead(13.4) == std::vector<int>{2});
+  told.heartbeat(0, 13.5, kFlagPaused);
+  CHECK_FALSE(told.alive(2));
+  CHECK(told.newly_dead(16.0).empty());
+  CHECK(told.peer_pauses() == 3);
+  // The same beats without the flag: peers 1 and 2, waking, taken for dead.
+  LivenessCore untold = paused_job(0);
+  CHECK(untold.newly_dead(10.0) == std::vector<int>{1, 2});
+  CHECK(untold.peer_pauses() == 0);
+  // Any other flag is no pause.
+  LivenessCore split = paused_job(kFlagSplit);
+  CHECK(split.newly_dead(10.0) == std::vector<int>{1, 2});
 }
 
 TEST_CASE("pause detector: a gap of the monotonic clock, or a boot clock ahead of it",

@@ -1,13 +1,16 @@
 // The simulator's pipelined exchange (lib/sim) on timelines worked out by
-// hand, and the placement of whole layers on shards by bytes
-// (layout::balanced_slices) against every placement there is.
+// hand (one layer per bucket, and two at the default bucket size), and the
+// placement of whole layers on shards by bytes (layout::balanced_slices)
+// against every placement there is.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <limits>
 #include <random>
 
 #include "common/error.hpp"
+#include "config/config.hpp"
 #include "layout/placement.hpp"
+#include "sim/network.hpp"
 #include "sim/simulator.hpp"
 
 namespace sim = syncopt::sim;
@@ -129,6 +132,40 @@ TEST_CASE(
     st.network = {0.0, 1e5};
     for (const double t : step_times(st)) CHECK(t == Approx(pipeline ? 0.09134 : 0.11128));
   }
+}
+
+TEST_CASE(
+    "pipelined exchange at the default bucket size: a bucket of two layers leaves when its "
+    "lower layer is done",
+    "[sim][pipeline]") {
+  // exchange.bucket_bytes as the config has it, and four layers of a
+  // quarter of it (a quarter of the FLOPs each): two buckets of two layers.
+  // One worker, one shard, a 30 ms gradient, no apply time, a link that
+  // carries a bucket in 20 ms.
+  const double bucket_bytes = static_cast<double>(syncopt::config::Config{}.exchange.bucket_bytes);
+  CHECK(sim::SimSetup{}.bucket_bytes == bucket_bytes);
+  const auto layer = static_cast<std::size_t>(bucket_bytes / 8.0);  // floats
+  sim::SimSetup st = three_layers(true, 0.0);
+  st.slice_counts = {4 * layer};
+  st.layers = {{layer, 0.25}, {layer, 0.25}, {layer, 0.25}, {layer, 0.25}};
+  st.bucket_bytes = bucket_bytes;
+  st.network = {0.0, sim::message_bytes(2 * layer) / 0.020};
+  // Replies: bucket 0 (layers 0-1) in at 20 ms, bucket 1 (layers 2-3) at
+  // 40. Forward (10 ms, 2.5 a layer): layers 0 and 1 until 25, layer 2
+  // waits for its bucket until 40 (to 42.5), layer 3 until 45. Backward
+  // (20 ms, 5 a layer, from the top): layer 3 is done at 50, layer 2 at 55,
+  // when bucket 1 leaves (in at 75); layers 1 and 0 are done at 65, and
+  // bucket 0 waits for the link until 75: in at 95 ms, the step. (Bucket 1
+  // sent once its top layer is done, at 50 with half its gradient still to
+  // compute, would make it 90 ms.)
+  const auto steps = step_times(st);
+  REQUIRE(steps.size() == 5);
+  for (const double t : steps) CHECK(t == Approx(0.095));
+  // Without the pipeline: the whole slice each way and the whole step.
+  sim::SimSetup whole = st;
+  whole.pipeline = false;
+  const double wire_s = sim::message_bytes(4 * layer) / st.network.bytes_per_s;
+  for (const double t : step_times(whole)) CHECK(t == Approx(2 * wire_s + 0.030));
 }
 
 TEST_CASE("pipelined exchange: with stragglers and backups it is never slower (one shard)",
