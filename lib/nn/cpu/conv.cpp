@@ -74,9 +74,15 @@ class Chooser {
     const Dt act = m_cx.act;
     const memory::desc nhwc_in(m_in_dims, act, Tag::nhwc);
     const memory::desc nhwc_out(m_out_dims, act, Tag::nhwc);
+    // In bf16 oneDNN's own choice of both layouts comes first: its AMX and
+    // AVX512-BF16 kernels (brgconv) want channels-last, and a blocked input
+    // kept from the layer before sends it to a slower kernel.
+    const bool own_first = act != Dt::f32;
+    const memory::desc first_src = own_first ? any_desc(m_in_dims, act) : in_md;
+    const memory::desc second_src = own_first ? in_md : any_desc(m_in_dims, act);
     const std::pair<memory::desc, memory::desc> candidates[] = {
-        {in_md, any_desc(m_out_dims, act)},
-        {any_desc(m_in_dims, act), any_desc(m_out_dims, act)},
+        {first_src, any_desc(m_out_dims, act)},
+        {second_src, any_desc(m_out_dims, act)},
         {in_md, nhwc_out},
         {nhwc_in, nhwc_out},
         {in_md, plain_desc(m_out_dims, act)},
