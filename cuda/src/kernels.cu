@@ -2,6 +2,7 @@
 // formulas and shapes). Elementwise kernels use grid-stride loops; reductions
 // accumulate in double in a fixed order (deterministic), like the CPU
 // reference.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +17,23 @@ namespace syncopt::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // per block, a multiple of the warp size
+
+// Activations and their gradients are stored as T (float, or bf16 with
+// compute.precision = bf16) and computed on in float: ld reads one, st
+// rounds a float back (to nearest even). For T = float both are the
+// identity, so the FP32 path is the arithmetic it always was.
+__device__ __forceinline__ float ld(float v) { return v; }
+__device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T>
+__device__ __forceinline__ T st(float v);
+template <>
+__device__ __forceinline__ float st<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 // Enough blocks to cover n with kThreads each, capped: the loops are
 // grid-stride, and a few waves of blocks saturate memory bandwidth.
@@ -49,98 +67,107 @@ __device__ double block_sum(double v) {
   return out;
 }
 
-__global__ void bias_act_kernel(float* y, const float* bias, std::size_t total, int c, int hw,
+template <class T>
+__global__ void bias_act_kernel(T* y, const float* bias, std::size_t total, int c, int hw,
                                 bool relu) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < total;
        i += std::size_t{gridDim.x} * blockDim.x) {
     const int ch =
         static_cast<int>((i / static_cast<std::size_t>(hw)) % static_cast<std::size_t>(c));
-    const float v = y[i] + (bias != nullptr ? bias[ch] : 0.0f);
-    y[i] = relu ? fmaxf(v, 0.0f) : v;
+    const float v = ld(y[i]) + (bias != nullptr ? bias[ch] : 0.0f);
+    y[i] = st<T>(relu ? fmaxf(v, 0.0f) : v);
   }
 }
 
-__global__ void relu_backward_kernel(const float* y, const float* dy, std::size_t n, float* dx,
+template <class T>
+__global__ void relu_backward_kernel(const T* y, const T* dy, std::size_t n, T* dx,
                                      bool accumulate) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float g = y[i] > 0.0f ? dy[i] : 0.0f;
-    dx[i] = accumulate ? dx[i] + g : g;
+    const float g = ld(y[i]) > 0.0f ? ld(dy[i]) : 0.0f;
+    dx[i] = st<T>(accumulate ? ld(dx[i]) + g : g);
   }
 }
 
-__global__ void add_act_kernel(const float* a, const float* b, std::size_t n, bool relu, float* y) {
+template <class T>
+__global__ void add_act_kernel(const T* a, const T* b, std::size_t n, bool relu, T* y) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float v = a[i] + b[i];
-    y[i] = relu ? fmaxf(v, 0.0f) : v;
+    const float v = ld(a[i]) + ld(b[i]);
+    y[i] = st<T>(relu ? fmaxf(v, 0.0f) : v);
   }
 }
 
 // GELU, exact form: y = x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2;
 // dy/dx = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi). In float,
 // as oneDNN's gelu_erf on the CPU.
-__global__ void gelu_forward_kernel(const float* x, std::size_t n, float* y) {
+template <class T>
+__global__ void gelu_forward_kernel(const T* x, std::size_t n, T* y) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    const float v = ld(x[i]);
+    y[i] = st<T>(0.5f * v * (1.0f + erff(v * 0.70710678118654752f)));
   }
 }
 
-__global__ void gelu_backward_kernel(const float* x, const float* dy, std::size_t n, float* dx,
+template <class T>
+__global__ void gelu_backward_kernel(const T* x, const T* dy, std::size_t n, T* dx,
                                      bool accumulate) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float v = x[i];
+    const float v = ld(x[i]);
     const float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
     const float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
-    const float g = dy[i] * (cdf + v * pdf);
-    dx[i] = accumulate ? dx[i] + g : g;
+    const float g = ld(dy[i]) * (cdf + v * pdf);
+    dx[i] = st<T>(accumulate ? ld(dx[i]) + g : g);
   }
 }
 
-__global__ void accumulate_kernel(float* dst, const float* src, std::size_t n) {
+template <class T>
+__global__ void accumulate_kernel(T* dst, const T* src, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    dst[i] += src[i];
+    dst[i] = st<T>(ld(dst[i]) + ld(src[i]));
   }
 }
 
-__global__ void dropout_forward_kernel(const float* x, std::size_t n, std::uint64_t key,
-                                       std::uint64_t threshold, float keep_scale, float* y) {
+template <class T>
+__global__ void dropout_forward_kernel(const T* x, std::size_t n, std::uint64_t key,
+                                       std::uint64_t threshold, float keep_scale, T* y) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    y[i] = nn::dropout::keep(key, i, threshold) ? x[i] * keep_scale : 0.0f;
+    y[i] = st<T>(nn::dropout::keep(key, i, threshold) ? ld(x[i]) * keep_scale : 0.0f);
   }
 }
 
-__global__ void dropout_backward_kernel(const float* dy, std::size_t n, std::uint64_t key,
-                                        std::uint64_t threshold, float keep_scale, float* dx,
+template <class T>
+__global__ void dropout_backward_kernel(const T* dy, std::size_t n, std::uint64_t key,
+                                        std::uint64_t threshold, float keep_scale, T* dx,
                                         bool accumulate) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
     // Rounded before the sum (no FMA contraction), as the CPU backend computes it.
-    const float g = nn::dropout::keep(key, i, threshold) ? __fmul_rn(dy[i], keep_scale) : 0.0f;
-    dx[i] = accumulate ? dx[i] + g : g;
+    const float g = nn::dropout::keep(key, i, threshold) ? __fmul_rn(ld(dy[i]), keep_scale) : 0.0f;
+    dx[i] = st<T>(accumulate ? ld(dx[i]) + g : g);
   }
 }
 
 // One block per channel ch of x [n, c, hw]: the mean, then the mean squared
 // deviation, both summed in double in a fixed order (deterministic).
-__global__ void bn_batch_statistics_kernel(const float* x, int n, int c, int hw, double* sums) {
+template <class T>
+__global__ void bn_batch_statistics_kernel(const T* x, int n, int c, int hw, double* sums) {
   const int ch = blockIdx.x;
   const long long count = static_cast<long long>(n) * hw;
   double s = 0.0;
   for (long long k = threadIdx.x; k < count; k += blockDim.x) {
     const long long img = k / hw, pos = k % hw;
-    s += x[(img * c + ch) * hw + pos];
+    s += ld(x[(img * c + ch) * hw + pos]);
   }
   const double mean = block_sum(s) / static_cast<double>(count);
   double q = 0.0;
   for (long long k = threadIdx.x; k < count; k += blockDim.x) {
     const long long img = k / hw, pos = k % hw;
-    const double d = x[(img * c + ch) * hw + pos] - mean;
+    const double d = ld(x[(img * c + ch) * hw + pos]) - mean;
     q += d * d;
   }
   const double var = block_sum(q) / static_cast<double>(count);
@@ -166,7 +193,8 @@ __global__ void bn_finish_statistics_kernel(const double* sums, int c, int batch
 // positions, into partial[ch * chunks + j]. The thread walks the flattened
 // (image, position) index with two counters, so the loop has no division.
 // dy [n, c, hw].
-__global__ void bias_partial_kernel(const float* dy, int n, int c, int hw, int per_chunk,
+template <class T>
+__global__ void bias_partial_kernel(const T* dy, int n, int c, int hw, int per_chunk,
                                     double* partial) {
   const int j = blockIdx.x, ch = blockIdx.y;
   const int img0 = j * per_chunk;
@@ -177,7 +205,7 @@ __global__ void bias_partial_kernel(const float* dy, int n, int c, int hw, int p
   int pos = static_cast<int>(threadIdx.x) % hw;
   double s = 0.0;
   while (img < imgs) {
-    s += dy[(static_cast<std::size_t>(img0 + img) * c + ch) * hw + pos];
+    s += ld(dy[(static_cast<std::size_t>(img0 + img) * c + ch) * hw + pos]);
     img += step_img;
     pos += step_pos;
     if (pos >= hw) {
@@ -207,7 +235,8 @@ __global__ void bias_finish_kernel(const double* partial, int c, int chunks, flo
 // left all but one or two multiprocessors idle.
 constexpr int kFcCols = 32;
 constexpr int kFcRows = kThreads / kFcCols;
-__global__ void bias_rows_partial_kernel(const float* dy, int n, int c, int per_chunk,
+template <class T>
+__global__ void bias_rows_partial_kernel(const T* dy, int n, int c, int per_chunk,
                                          double* partial) {
   __shared__ double part[kFcRows][kFcCols];
   const int j = blockIdx.x;
@@ -217,7 +246,7 @@ __global__ void bias_rows_partial_kernel(const float* dy, int n, int c, int per_
   double s = 0.0;
   if (ch < c) {
     for (int r = r0 + static_cast<int>(threadIdx.y); r < r1; r += kFcRows) {
-      s += dy[static_cast<std::size_t>(r) * c + ch];
+      s += ld(dy[static_cast<std::size_t>(r) * c + ch]);
     }
   }
   part[threadIdx.y][threadIdx.x] = s;
@@ -278,32 +307,33 @@ __global__ void weight_norm_backward_kernel(const float* dw, const float* v, con
 }
 
 // One thread per example: the class count is small (10 here).
-__global__ void softmax_xent_kernel(const float* logits, const std::int32_t* labels, int batch,
-                                    int classes, double* loss, float* dlogits, int* bad_label) {
+template <class T>
+__global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels, int batch,
+                                    int classes, double* loss, T* dlogits, int* bad_label) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= batch) return;
-  const float* z = logits + static_cast<std::size_t>(r) * classes;
+  const T* z = logits + static_cast<std::size_t>(r) * classes;
   const int label = labels[r];
-  float* dz = dlogits == nullptr ? nullptr : dlogits + static_cast<std::size_t>(r) * classes;
+  T* dz = dlogits == nullptr ? nullptr : dlogits + static_cast<std::size_t>(r) * classes;
   if (label < 0 || label >= classes) {
     *bad_label = 1;
     loss[r] = 0.0;
     if (dz != nullptr) {
-      for (int k = 0; k < classes; ++k) dz[k] = 0.0f;
+      for (int k = 0; k < classes; ++k) dz[k] = st<T>(0.0f);
     }
     return;
   }
-  double zmax = z[0];
-  for (int k = 1; k < classes; ++k) zmax = fmax(zmax, static_cast<double>(z[k]));
+  double zmax = ld(z[0]);
+  for (int k = 1; k < classes; ++k) zmax = fmax(zmax, static_cast<double>(ld(z[k])));
   double sum = 0.0;
-  for (int k = 0; k < classes; ++k) sum += exp(static_cast<double>(z[k]) - zmax);
+  for (int k = 0; k < classes; ++k) sum += exp(static_cast<double>(ld(z[k])) - zmax);
   const double lse = zmax + log(sum);
-  loss[r] = lse - static_cast<double>(z[label]);
+  loss[r] = lse - static_cast<double>(ld(z[label]));
   if (dz != nullptr) {
     const double inv_batch = 1.0 / batch;
     for (int k = 0; k < classes; ++k) {
-      const double p = exp(static_cast<double>(z[k]) - lse);
-      dz[k] = static_cast<float>((p - (k == label ? 1.0 : 0.0)) * inv_batch);
+      const double p = exp(static_cast<double>(ld(z[k])) - lse);
+      dz[k] = st<T>(static_cast<float>((p - (k == label ? 1.0 : 0.0)) * inv_batch));
     }
   }
 }
@@ -369,9 +399,18 @@ __global__ void ema_kernel(float* avg, const float* p, std::size_t n, float a, f
   }
 }
 
+template <class From, class To>
+__global__ void convert_kernel(const From* x, std::size_t n, To* y) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    y[i] = st<To>(ld(x[i]));
+  }
+}
+
 }  // namespace
 
-void bias_act_forward(float* y, const float* bias, int n, int c, int hw, bool relu,
+template <class T>
+void bias_act_forward(T* y, const float* bias, int n, int c, int hw, bool relu,
                       cudaStream_t stream) {
   const std::size_t total = static_cast<std::size_t>(n) * c * hw;
   if (total == 0) return;
@@ -379,57 +418,63 @@ void bias_act_forward(float* y, const float* bias, int n, int c, int hw, bool re
   check_launch("bias_act_kernel");
 }
 
-void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cudaStream_t stream,
+template <class T>
+void relu_backward(const T* y, const T* dy, std::size_t n, T* dx, cudaStream_t stream,
                    bool accumulate) {
   if (n == 0) return;
   relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, n, dx, accumulate);
   check_launch("relu_backward_kernel");
 }
 
-void add_act_forward(const float* a, const float* b, std::size_t n, bool relu, float* y,
-                     cudaStream_t stream) {
+template <class T>
+void add_act_forward(const T* a, const T* b, std::size_t n, bool relu, T* y, cudaStream_t stream) {
   if (n == 0) return;
   add_act_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, n, relu, y);
   check_launch("add_act_kernel");
 }
 
-void gelu_forward(const float* x, std::size_t n, float* y, cudaStream_t stream) {
+template <class T>
+void gelu_forward(const T* x, std::size_t n, T* y, cudaStream_t stream) {
   if (n == 0) return;
   gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, y);
   check_launch("gelu_forward_kernel");
 }
 
-void gelu_backward(const float* x, const float* dy, std::size_t n, float* dx, bool accumulate,
+template <class T>
+void gelu_backward(const T* x, const T* dy, std::size_t n, T* dx, bool accumulate,
                    cudaStream_t stream) {
   if (n == 0) return;
   gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, n, dx, accumulate);
   check_launch("gelu_backward_kernel");
 }
 
-void accumulate(float* dst, const float* src, std::size_t n, cudaStream_t stream) {
+template <class T>
+void accumulate(T* dst, const T* src, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
   accumulate_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dst, src, n);
   check_launch("accumulate_kernel");
 }
 
-void dropout_forward(const float* x, std::size_t n, std::uint64_t node_key, std::uint64_t threshold,
-                     float keep_scale, float* y, cudaStream_t stream) {
+template <class T>
+void dropout_forward(const T* x, std::size_t n, std::uint64_t node_key, std::uint64_t threshold,
+                     float keep_scale, T* y, cudaStream_t stream) {
   if (n == 0) return;
   dropout_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, node_key, threshold,
                                                                  keep_scale, y);
   check_launch("dropout_forward_kernel");
 }
 
-void dropout_backward(const float* dy, std::size_t n, std::uint64_t node_key,
-                      std::uint64_t threshold, float keep_scale, float* dx, bool accumulate,
-                      cudaStream_t stream) {
+template <class T>
+void dropout_backward(const T* dy, std::size_t n, std::uint64_t node_key, std::uint64_t threshold,
+                      float keep_scale, T* dx, bool accumulate, cudaStream_t stream) {
   if (n == 0) return;
   dropout_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, n, node_key, threshold,
                                                                   keep_scale, dx, accumulate);
   check_launch("dropout_backward_kernel");
 }
 
-void bn_batch_statistics(const float* x, int n, int c, int hw, double* sums, cudaStream_t stream) {
+template <class T>
+void bn_batch_statistics(const T* x, int n, int c, int hw, double* sums, cudaStream_t stream) {
   if (n <= 0 || c <= 0 || hw <= 0) return;
   bn_batch_statistics_kernel<<<static_cast<unsigned int>(c), kThreads, 0, stream>>>(x, n, c, hw,
                                                                                     sums);
@@ -460,7 +505,8 @@ BiasBackwardShape bias_backward_shape(int n, int c, int hw) {
   return sh;
 }
 
-void bias_backward(const float* dy, int n, int c, int hw, float* db, double* scratch,
+template <class T>
+void bias_backward(const T* dy, int n, int c, int hw, float* db, double* scratch,
                    cudaStream_t stream) {
   if (c == 0) return;
   if (n == 0) {  // an empty sum: db is still overwritten
@@ -498,8 +544,9 @@ void weight_norm_backward(const float* dw, const float* v, const float* g, const
   check_launch("weight_norm_backward_kernel");
 }
 
-void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int batch, int classes,
-                           double* loss, float* dlogits, int* bad_label, cudaStream_t stream) {
+template <class T>
+void softmax_cross_entropy(const T* logits, const std::int32_t* labels, int batch, int classes,
+                           double* loss, T* dlogits, int* bad_label, cudaStream_t stream) {
   if (batch == 0) return;
   const unsigned int blocks = static_cast<unsigned int>((batch + kThreads - 1) / kThreads);
   softmax_xent_kernel<<<blocks, kThreads, 0, stream>>>(logits, labels, batch, classes, loss,
@@ -549,5 +596,36 @@ void ema_update(float* avg, const float* params, std::size_t n, float alpha, cud
   ema_kernel<<<blocks_for(n), kThreads, 0, stream>>>(avg, params, n, alpha, 1.0f - alpha);
   check_launch("ema_kernel");
 }
+
+template <class From, class To>
+void convert(const From* x, std::size_t n, To* y, cudaStream_t stream) {
+  if (n == 0) return;
+  convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, y);
+  check_launch("convert_kernel");
+}
+
+// The two storage types of activations.
+#define SYNCOPT_ACT_KERNELS(T)                                                                     \
+  template void bias_act_forward<T>(T*, const float*, int, int, int, bool, cudaStream_t);          \
+  template void relu_backward<T>(const T*, const T*, std::size_t, T*, cudaStream_t, bool);         \
+  template void add_act_forward<T>(const T*, const T*, std::size_t, bool, T*, cudaStream_t);       \
+  template void gelu_forward<T>(const T*, std::size_t, T*, cudaStream_t);                          \
+  template void gelu_backward<T>(const T*, const T*, std::size_t, T*, bool, cudaStream_t);         \
+  template void accumulate<T>(T*, const T*, std::size_t, cudaStream_t);                            \
+  template void dropout_forward<T>(const T*, std::size_t, std::uint64_t, std::uint64_t, float, T*, \
+                                   cudaStream_t);                                                  \
+  template void dropout_backward<T>(const T*, std::size_t, std::uint64_t, std::uint64_t, float,    \
+                                    T*, bool, cudaStream_t);                                       \
+  template void bn_batch_statistics<T>(const T*, int, int, int, double*, cudaStream_t);            \
+  template void bias_backward<T>(const T*, int, int, int, float*, double*, cudaStream_t);          \
+  template void softmax_cross_entropy<T>(const T*, const std::int32_t*, int, int, double*, T*,     \
+                                         int*, cudaStream_t);
+SYNCOPT_ACT_KERNELS(float)
+SYNCOPT_ACT_KERNELS(__nv_bfloat16)
+#undef SYNCOPT_ACT_KERNELS
+template void convert<float, __nv_bfloat16>(const float*, std::size_t, __nv_bfloat16*,
+                                            cudaStream_t);
+template void convert<__nv_bfloat16, float>(const __nv_bfloat16*, std::size_t, float*,
+                                            cudaStream_t);
 
 }  // namespace syncopt::cuda

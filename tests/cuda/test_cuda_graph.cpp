@@ -90,9 +90,11 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Deterministic algorithms (cuDNN's heuristics, no timing): fast to plan.
-std::unique_ptr<cu::DeviceNetwork> gpu_network(const nn::Graph& g, int max_batch) {
+std::unique_ptr<cu::DeviceNetwork> gpu_network(const nn::Graph& g, int max_batch,
+                                               nn::Precision precision = nn::Precision::kFp32) {
   cu::CudaOptions opt;
   opt.deterministic = true;
+  opt.precision = precision;
   return cu::make_cuda_network(g, max_batch, cu::pick_device(0), opt);
 }
 
@@ -405,6 +407,62 @@ TEST_CASE("cuda graph: the staged step equals train_step and asks as the CPU bac
       RecordingHooks cpu_hooks(g.layout.count, cpu_grad.data());
       cpu.train_step_staged(params.data(), x.data(), y.data(), batch, cpu_grad.data(), cpu_hooks);
       CHECK(hooks.log == cpu_hooks.log);
+    }
+  }
+}
+
+namespace {
+
+// ||a - b||_2 / ||b||_2 over [begin, end).
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b, std::size_t begin,
+              std::size_t end) {
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = begin; i < end; ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    diff += d * d;
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+}  // namespace
+
+TEST_CASE("cuda graph: bf16 follows the CPU backend's bf16", "[cuda][graph][bf16]") {
+  // Both backends in bf16 (tensor cores with FP32 accumulation; oneDNN with
+  // FP32 accumulation) on every row of the shared table. Each is within
+  // 4 u (nodes + 1) of FP32 in the relative 2-norm (tests/unit/test_nn.cpp,
+  // u = 2^-8), so the two are within twice that of each other.
+  for (const syncopt::test::LayerCase& lc : syncopt::test::layer_cases()) {
+    DYNAMIC_SECTION(lc.name) {
+      const nn::Graph& g = lc.graph;
+      const int batch = lc.batch;
+      nn::cpu::CpuNetwork cpu(g, batch, 0, nn::Precision::kBf16);
+      auto gpu = gpu_network(g, batch, nn::Precision::kBf16);
+      const std::optional<std::uint64_t> key =
+          lc.hash_key ? std::nullopt : std::optional<std::uint64_t>(77);
+      cpu.set_dropout_key(key);
+      gpu->set_dropout_key(key);
+      const std::vector<float> params = test_params(g, lc.seed);
+      const std::size_t in_count =
+          static_cast<std::size_t>(g.input[0] * g.input[1] * g.input[2]) * batch;
+      const std::vector<float> x = distinct_floats(in_count, lc.seed + 1);
+      const auto y = labels_for(batch, g.outputs, lc.seed + 2);
+      std::vector<float> g_cpu(g.layout.count), g_gpu(g.layout.count), dx_cpu(in_count),
+          dx_gpu(in_count);
+      const float l_cpu = cpu.train_step_with_input_grad(params.data(), x.data(), y.data(), batch,
+                                                         g_cpu.data(), dx_cpu.data());
+      const float l_gpu = gpu->train_step_with_input_grad(params.data(), x.data(), y.data(), batch,
+                                                          g_gpu.data(), dx_gpu.data());
+      const double tol = 8.0 / 256.0 * (static_cast<double>(g.nodes.size()) + 1.0);
+      CHECK(std::fabs(l_gpu - l_cpu) <= tol * std::max(1.0f, std::fabs(l_cpu)));
+      for (const nn::ParamGroup& grp : g.groups) {
+        const double e = rel_l2(g_gpu, g_cpu, grp.offset, grp.offset + grp.count);
+        INFO(grp.name << ": " << e << " of tolerance " << tol);
+        CHECK(e <= tol);
+      }
+      const double e = rel_l2(dx_gpu, dx_cpu, 0, in_count);
+      INFO("images: " << e << " of tolerance " << tol);
+      CHECK(e <= tol);
     }
   }
 }

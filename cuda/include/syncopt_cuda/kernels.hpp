@@ -5,6 +5,7 @@
 // (lib/nn/ops.hpp, lib/optim/optimizer.hpp) and is tested against it.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -13,29 +14,42 @@
 
 namespace syncopt::cuda {
 
+// The kernels on activations and their gradients are templates over their
+// storage type T: float, or __nv_bfloat16 with compute.precision = bf16
+// (computed in float, stored rounded to nearest even); instantiated for both.
+
 // y [n, c, hw] (NCHW, or [n, c] with hw = 1): y += bias[c], then
 // y = max(y, 0) when relu.
-void bias_act_forward(float* y, const float* bias, int n, int c, int hw, bool relu,
+template <class T>
+void bias_act_forward(T* y, const float* bias, int n, int c, int hw, bool relu,
                       cudaStream_t stream);
 
 // dx = dy * [y > 0] over n elements, from the ReLU's output y (in place ok);
 // accumulate: dx += dy * [y > 0] (a tensor with several readers).
-void relu_backward(const float* y, const float* dy, std::size_t n, float* dx, cudaStream_t stream,
+template <class T>
+void relu_backward(const T* y, const T* dy, std::size_t n, T* dx, cudaStream_t stream,
                    bool accumulate = false);
 
 // Residual add: y = a + b over n elements, then y = max(y, 0) when relu.
-void add_act_forward(const float* a, const float* b, std::size_t n, bool relu, float* y,
-                     cudaStream_t stream);
+template <class T>
+void add_act_forward(const T* a, const T* b, std::size_t n, bool relu, T* y, cudaStream_t stream);
 
 // GELU over n elements, the exact form: y = x Phi(x), Phi the standard
 // normal CDF; backward dx (+)= dy (Phi(x) + x phi(x)) from the input x
 // (accumulate: +=). The CPU backend's oneDNN gelu_erf is the oracle.
-void gelu_forward(const float* x, std::size_t n, float* y, cudaStream_t stream);
-void gelu_backward(const float* x, const float* dy, std::size_t n, float* dx, bool accumulate,
+template <class T>
+void gelu_forward(const T* x, std::size_t n, T* y, cudaStream_t stream);
+template <class T>
+void gelu_backward(const T* x, const T* dy, std::size_t n, T* dx, bool accumulate,
                    cudaStream_t stream);
 
 // dst += src over n elements (a gradient's later contribution).
-void accumulate(float* dst, const float* src, std::size_t n, cudaStream_t stream);
+template <class T>
+void accumulate(T* dst, const T* src, std::size_t n, cudaStream_t stream);
+
+// y = x over n elements, converted (float <-> bf16, rounding to nearest even).
+template <class From, class To>
+void convert(const From* x, std::size_t n, To* y, cudaStream_t stream);
 
 // Dropout over the n elements of a batch tensor, element i being the one at
 // logical (NCHW) position i: kept when nn::dropout::keep(node_key, i,
@@ -44,18 +58,20 @@ void accumulate(float* dst, const float* src, std::size_t n, cudaStream_t stream
 //   forward:  y = keep ? x * keep_scale : 0
 //   backward: dx (+)= keep ? dy * keep_scale : 0 (accumulate: +=)
 // The mask is recomputed from the key in the backward, never stored.
-void dropout_forward(const float* x, std::size_t n, std::uint64_t node_key, std::uint64_t threshold,
-                     float keep_scale, float* y, cudaStream_t stream);
-void dropout_backward(const float* dy, std::size_t n, std::uint64_t node_key,
-                      std::uint64_t threshold, float keep_scale, float* dx, bool accumulate,
-                      cudaStream_t stream);
+template <class T>
+void dropout_forward(const T* x, std::size_t n, std::uint64_t node_key, std::uint64_t threshold,
+                     float keep_scale, T* y, cudaStream_t stream);
+template <class T>
+void dropout_backward(const T* dy, std::size_t n, std::uint64_t node_key, std::uint64_t threshold,
+                      float keep_scale, T* dx, bool accumulate, cudaStream_t stream);
 
 // The precise batch-norm statistics (docs/bn.md), one batch: per channel of
 // x [n, c, hw], the mean and the biased variance of its n * hw values
 // (two passes, in double), each rounded to float as the CPU backend's
 // oneDNN gives them; then sums[ch] += mean, sums[c + ch] += var + mean^2 (in
 // double). sums [2c] is zeroed by the caller before the first batch.
-void bn_batch_statistics(const float* x, int n, int c, int hw, double* sums, cudaStream_t stream);
+template <class T>
+void bn_batch_statistics(const T* x, int n, int c, int hw, double* sums, cudaStream_t stream);
 // After `batches` batches: mean = sums[ch] / batches, var = max(sums[c + ch]
 // / batches - mean^2, 0), as floats.
 void bn_finish_statistics(const double* sums, int c, int batches, float* mean, float* var,
@@ -68,7 +84,8 @@ void bn_finish_statistics(const double* sums, int c, int batches, float* mean, f
 // bias_backward_scratch(n, c, hw) doubles (enough for any batch up to n); a
 // second kernel adds them per channel in chunk order.
 std::size_t bias_backward_scratch(int n, int c, int hw);
-void bias_backward(const float* dy, int n, int c, int hw, float* db, double* scratch,
+template <class T>
+void bias_backward(const T* dy, int n, int c, int hw, float* db, double* scratch,
                    cudaStream_t stream);
 
 // The first stage's launch for (n, c, hw): `chunks` partial sums per
@@ -93,8 +110,9 @@ void weight_norm_backward(const float* dw, const float* v, const float* g, const
 // labels [batch]; loss [batch] = logsumexp(z) - z[label] (double);
 // dlogits = (softmax - onehot) / batch unless null. A label outside
 // [0, classes) sets *bad_label = 1 (its row gets loss 0 and gradient 0).
-void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int batch, int classes,
-                           double* loss, float* dlogits, int* bad_label, cudaStream_t stream);
+template <class T>
+void softmax_cross_entropy(const T* logits, const std::int32_t* labels, int batch, int classes,
+                           double* loss, T* dlogits, int* bad_label, cudaStream_t stream);
 
 // x *= s over n elements.
 void scale(float* x, std::size_t n, float s, cudaStream_t stream);

@@ -8,15 +8,17 @@ namespace syncopt::cuda::net::add {
 
 void forward(const Pass& ps, NodeRt& r, NodePlan& /*np*/, std::size_t j) {
   const nn::Node& node = *r.node;
-  add_act_forward(ps.tensor(node.inputs[0]), ps.tensor(node.inputs[1]), ps.out_count(r), node.relu,
-                  ps.output(j), ps.stream);
+  with_type(ps.numerics, [&]<class T>() {
+    add_act_forward(ps.tensor<T>(node.inputs[0]), ps.tensor<T>(node.inputs[1]), ps.out_count(r),
+                    node.relu, ps.output<T>(j), ps.stream);
+  });
 }
 
 void backward(const Pass& ps, NodeRt& r, NodePlan& /*np*/, std::size_t j) {
   const nn::Node& node = *r.node;
-  const float* dy = ps.doutput(j);
   for (std::size_t slot = 0; slot < 2; ++slot) {
-    ps.pass_on(ps.delivery(node, j, slot), ps.grad_of(node.inputs[slot]), dy, ps.out_count(r));
+    ps.pass_on(ps.delivery(node, j, slot), ps.grad_of(node.inputs[slot]), ps.doutput(j),
+               ps.out_count(r));
   }
 }
 

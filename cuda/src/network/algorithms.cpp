@@ -33,9 +33,12 @@ bool usable(const Perf& p, bool fp32_math) {
 // runs agree bit for bit where it is cheap). Heuristic (cudnnGet_v7)
 // results in deterministic mode: the first usable deterministic one.
 // Entries in FP32 math first; any math only when there are none.
+// strict: the FP32 path without TF32, where a tensor-op timing is not the
+// math that will run; bf16 and TF32 take any entry.
 template <class Perf>
-Perf choose(const Perf* perf, int returned, bool deterministic, const char* what) {
+Perf choose(const Perf* perf, int returned, bool deterministic, bool strict, const char* what) {
   for (const bool fp32_math : {true, false}) {
+    if (fp32_math && !strict) continue;
     const Perf* best = nullptr;
     for (int i = 0; i < returned && best == nullptr; ++i) {
       if (usable(perf[i], fp32_math) &&
@@ -59,6 +62,8 @@ Perf choose(const Perf* perf, int returned, bool deterministic, const char* what
                       " algorithm for this layer shape");
 }
 
+bool strict(const Planner& p) { return !p.numerics.bf16 && !p.numerics.tf32; }
+
 void log_choice(Planner& p, const NodeRt& r, const char* what, int algo) {
   p.algorithms += " " + r.node->name + "." + what + "=" + std::to_string(algo);
 }
@@ -78,7 +83,7 @@ void choose_forward_algorithm(Planner& p, NodeRt& r, NodePlan& np) {
         p.cudnn, np.x.get(), r.filter.get(), r.conv.get(), np.y.get(),
         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
   }
-  np.fwd_algo = choose(perf, returned, det, "forward convolution").algo;
+  np.fwd_algo = choose(perf, returned, det, strict(p), "forward convolution").algo;
   std::size_t ws = 0;
   SYNCOPT_CHECK_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(
       p.cudnn, np.x.get(), r.filter.get(), r.conv.get(), np.y.get(), np.fwd_algo, &ws));
@@ -99,7 +104,7 @@ void choose_backward_algorithms(Planner& p, NodeRt& r, NodePlan& np) {
         p.cudnn, np.x.get(), np.y.get(), r.conv.get(), r.filter.get(),
         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, fperf));
   }
-  np.bwd_filter_algo = choose(fperf, returned, det, "backward-filter convolution").algo;
+  np.bwd_filter_algo = choose(fperf, returned, det, strict(p), "backward-filter convolution").algo;
   std::size_t ws = 0;
   SYNCOPT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
       p.cudnn, np.x.get(), np.y.get(), r.conv.get(), r.filter.get(), np.bwd_filter_algo, &ws));
@@ -117,7 +122,7 @@ void choose_backward_algorithms(Planner& p, NodeRt& r, NodePlan& np) {
         p.cudnn, r.filter.get(), np.y.get(), r.conv.get(), np.x.get(),
         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, dperf));
   }
-  np.bwd_data_algo = choose(dperf, returned, det, "backward-data convolution").algo;
+  np.bwd_data_algo = choose(dperf, returned, det, strict(p), "backward-data convolution").algo;
   SYNCOPT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(
       p.cudnn, r.filter.get(), np.y.get(), r.conv.get(), np.x.get(), np.bwd_data_algo, &ws));
   p.need_workspace(ws);

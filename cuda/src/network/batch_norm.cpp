@@ -1,4 +1,5 @@
-// Batch normalisation through cuDNN (spatial mode; docs/bn.md): training
+// Batch normalisation through cuDNN (spatial mode; docs/bn.md), on FP32 or
+// bf16 tensors with FP32 scale, shift and statistics: training
 // normalises with the batch's own statistics and keeps no running ones;
 // the statistics pass also sums each batch's mean and variance (kernels.cu,
 // the CPU backend's precise statistics); inference uses the set ones. A
@@ -25,8 +26,8 @@ void setup(NodeRt& r, Setup& s) {
 
 void forward(const Pass& ps, NodeRt& r, NodePlan& np, std::size_t j) {
   const nn::Node& node = *r.node;
-  const float* x = ps.tensor(node.inputs[0]);
-  float* y = ps.output(j);
+  const void* x = ps.tensor(node.inputs[0]);
+  void* y = ps.output(j);
   if (ps.training()) {
     // Batch statistics; no running averages (null), the batch's mean and
     // inverse deviation saved for the backward.
@@ -35,7 +36,10 @@ void forward(const Pass& ps, NodeRt& r, NodePlan& np, std::size_t j) {
         r.bn_param.get(), ps.P + r.scale_off, ps.P + r.shift_off, 1.0, nullptr, nullptr,
         node.attr.eps, r.save_mean.get(), r.save_inv_var.get()));
     if (ps.mode == Mode::kStatistics) {
-      bn_batch_statistics(x, ps.batch, r.in.c, r.in.h * r.in.w, r.stats_sums.get(), ps.stream);
+      with_type(ps.numerics, [&]<class T>() {
+        bn_batch_statistics(static_cast<const T*>(x), ps.batch, r.in.c, r.in.h * r.in.w,
+                            r.stats_sums.get(), ps.stream);
+      });
     }
   } else {
     SYNCOPT_CHECK_CUDNN(cudnnBatchNormalizationForwardInference(
@@ -43,8 +47,11 @@ void forward(const Pass& ps, NodeRt& r, NodePlan& np, std::size_t j) {
         r.bn_param.get(), ps.P + r.scale_off, ps.P + r.shift_off, r.pop_mean.get(), r.pop_var.get(),
         node.attr.eps));
   }
-  if (node.relu)
-    bias_act_forward(y, nullptr, ps.batch, r.out.c, r.out.h * r.out.w, true, ps.stream);
+  if (!node.relu) return;
+  with_type(ps.numerics, [&]<class T>() {
+    bias_act_forward(static_cast<T*>(y), nullptr, ps.batch, r.out.c, r.out.h * r.out.w, true,
+                     ps.stream);
+  });
 }
 
 void backward(const Pass& ps, NodeRt& r, NodePlan& np, std::size_t j) {

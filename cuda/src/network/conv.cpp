@@ -1,8 +1,11 @@
 // Convolution through cuDNN (any kernel, stride, padding; forward,
-// backward-data, backward-filter), in FP32 math (CUDNN_FMA_MATH, no TF32);
-// the algorithms chosen once per batch size (algorithms.cpp).
+// backward-data, backward-filter); the algorithms chosen once per batch size
+// (algorithms.cpp). FP32 in FMA math (no TF32, unless compute.tf32), or bf16
+// tensors with FP32 accumulation on tensor cores: the weight gradient then
+// comes out of cuDNN in bf16 (r.dw16) and is widened into the FP32 gradient.
 #include "kinds.hpp"
 #include "syncopt_cuda/check.hpp"
+#include "syncopt_cuda/kernels.hpp"
 
 namespace syncopt::cuda::net::conv {
 
@@ -11,11 +14,12 @@ void setup(NodeRt& r, Setup& s) {
   const nn::LayerDesc& a = r.node->attr;
   const int k = static_cast<int>(a.kernel), st = static_cast<int>(a.stride),
             p = static_cast<int>(a.pad);
-  SYNCOPT_CHECK_CUDNN(cudnnSetFilter4dDescriptor(r.filter.get(), CUDNN_DATA_FLOAT,
+  SYNCOPT_CHECK_CUDNN(cudnnSetFilter4dDescriptor(r.filter.get(), s.numerics.data(),
                                                  CUDNN_TENSOR_NCHW, r.units, r.in.c, k, k));
+  // FP32 accumulation in either precision.
   SYNCOPT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(r.conv.get(), p, p, st, st, 1, 1,
                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  SYNCOPT_CHECK_CUDNN(cudnnSetConvolutionMathType(r.conv.get(), CUDNN_FMA_MATH));
+  SYNCOPT_CHECK_CUDNN(cudnnSetConvolutionMathType(r.conv.get(), s.numerics.conv_math()));
 }
 
 void plan_forward(Planner& p, NodeRt& r, NodePlan& np) {
@@ -30,7 +34,7 @@ void plan_backward(Planner& p, NodeRt& r, NodePlan& np) { choose_backward_algori
 
 void forward(const Pass& ps, NodeRt& r, NodePlan& np, std::size_t j) {
   weighted::forward_weights(ps, r);
-  float* y = ps.output(j);
+  void* y = ps.output(j);
   SYNCOPT_CHECK_CUDNN(cudnnConvolutionForward(
       ps.cudnn, &kOne, np.x.get(), ps.tensor(r.node->inputs[0]), r.filter.get(), ps.weights(r),
       r.conv.get(), np.fwd_algo, ps.workspace, ps.workspace_nbytes, &kZero, np.y.get(), y));
@@ -39,12 +43,14 @@ void forward(const Pass& ps, NodeRt& r, NodePlan& np, std::size_t j) {
 
 void backward(const Pass& ps, NodeRt& r, NodePlan& np, std::size_t j) {
   const nn::Node& node = *r.node;
-  const float* dy = ps.doutput(j);
+  const void* dy = ps.doutput(j);
   weighted::backward_bias(ps, r, dy);
-  float* dw = r.weight_norm ? r.dw.get() : ps.G + r.w_off;
+  float* dw = weighted::weight_grad(ps, r);
+  void* dw_out = ps.numerics.bf16 ? static_cast<void*>(r.dw16.get()) : dw;
   SYNCOPT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
       ps.cudnn, &kOne, np.x.get(), ps.tensor(node.inputs[0]), np.y.get(), dy, r.conv.get(),
-      np.bwd_filter_algo, ps.workspace, ps.workspace_nbytes, &kZero, r.filter.get(), dw));
+      np.bwd_filter_algo, ps.workspace, ps.workspace_nbytes, &kZero, r.filter.get(), dw_out));
+  if (ps.numerics.bf16) convert(r.dw16.get(), r.dw16.count(), dw, ps.stream);
   weighted::backward_weight_norm(ps, r);
   const Delivery d0 = ps.delivery(node, j, 0);
   if (d0 == Delivery::kNone) return;

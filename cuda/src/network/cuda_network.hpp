@@ -27,6 +27,7 @@ namespace syncopt::cuda::net {
 // compute stream after the last kernel that reads the slot.
 struct InputSlot {
   DeviceBuffer<float> x;
+  DeviceBuffer<__nv_bfloat16> x16;  // bf16: the images converted on the compute stream
   DeviceBuffer<std::int32_t> labels;
   PinnedBuffer<float> h_x;
   PinnedBuffer<std::int32_t> h_labels;
@@ -105,6 +106,8 @@ class CudaNetwork final : public DeviceNetwork {
   void params_may_be_refilled();
   InputSlot& stage_inputs(const float* images, const std::int32_t* labels, int batch);
   void upload_node(NodeRt& r, const float* host);
+  // The images of a slot as the first layer reads them (bf16: converted).
+  const void* input_of(const InputSlot& in) const;
   void download_node(NodeRt& r);
   void unstage_gradient(const NodeRt& r, float* grad);
   float host_train_step(const float* params, const float* images, const std::int32_t* labels,
@@ -116,8 +119,8 @@ class CudaNetwork final : public DeviceNetwork {
   [[noreturn]] void throw_bad_label(const std::int32_t* labels, int batch) const;
 
   // The passes.
-  Pass make_pass(Plan& plan, Mode mode, const float* P, float* G, const float* x0,
-                 float* dinput) const;
+  Pass make_pass(Plan& plan, Mode mode, const float* P, float* G, const void* x0,
+                 void* dinput) const;
   // Node j of a pass: its kind's forward; the fused ReLU's mask, then its
   // kind's backward.
   void forward_node(const Pass& ps, std::size_t j);
@@ -126,19 +129,19 @@ class CudaNetwork final : public DeviceNetwork {
   // host-pointer path, which uploads each node's parameters from there into
   // P (= m_params) just before the node runs. x0: the images [batch, C, H,
   // W] on the device (an input slot's).
-  void forward(Plan& plan, Mode mode, const float* P, const float* host_params, const float* x0);
+  void forward(Plan& plan, Mode mode, const float* P, const float* host_params, const void* x0);
   // Backward pass at parameters P; expects dL/dlogits in the last node's
   // gradient; writes the gradient G (device). download: the host-pointer
   // path (G = m_grad), which copies each node's gradient group down once it
   // is complete. dinput: dL/dimages [batch, C, H, W] on the device, or null.
-  void backward(Plan& plan, const float* P, float* G, bool download, const float* x0,
-                float* dinput);
+  void backward(Plan& plan, const float* P, float* G, bool download, const void* x0, void* dinput);
 
   nn::Graph m_graph;
   CudaOptions m_options;
   int m_max_batch = 0;
   int m_device = 0;  // initialised (and made current) before the members below
   int m_classes = 0;
+  Numerics m_numerics;
   nn::GradientPlan m_gradients;
   std::optional<std::uint64_t> m_dropout_key;
   std::uint64_t m_step_key = 0;
@@ -157,10 +160,13 @@ class CudaNetwork final : public DeviceNetwork {
   DeviceBuffer<float> m_params, m_grad;  // the host-pointer path's device copies
   // m_t[j]: node j's output (the last: the logits). m_d[j]: dL/d(node j's
   // output) where node j owns its gradient buffer; m_dptr[j] where it is.
-  std::vector<DeviceBuffer<float>> m_t, m_d;
-  std::vector<float*> m_dptr;
-  DeviceBuffer<float> m_scratch;  // a batch norm's unwanted dL/dimages
-  DeviceBuffer<float> m_dinput;   // dL/dimages (train_step_with_input_grad)
+  // Both in the activations' type (Numerics), as bytes.
+  std::vector<DeviceBuffer<unsigned char>> m_t, m_d;
+  std::vector<void*> m_tptr, m_dptr;
+  DeviceBuffer<unsigned char> m_scratch;   // a batch norm's unwanted dL/dimages
+  DeviceBuffer<float> m_dinput;            // dL/dimages (train_step_with_input_grad)
+  DeviceBuffer<__nv_bfloat16> m_dinput16;  // bf16: dL/dimages as the backward gives it
+  DeviceBuffer<float> m_logits32;          // bf16: the logits widened for predict
   std::array<InputSlot, 2> m_in;
   int m_next_slot = 0;
   DeviceBuffer<double> m_loss;

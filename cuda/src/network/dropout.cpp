@@ -15,23 +15,27 @@ void setup(NodeRt& r, Setup& /*s*/) {
 }
 
 void forward(const Pass& ps, NodeRt& r, NodePlan& /*np*/, std::size_t j) {
-  const float* x = ps.tensor(r.node->inputs[0]);
-  float* y = ps.output(j);
   if (!ps.training()) {
-    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(y, x, ps.out_count(r) * sizeof(float),
-                                       cudaMemcpyDeviceToDevice, ps.stream));
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(ps.output(j), ps.tensor(r.node->inputs[0]),
+                                       ps.nbytes(ps.out_count(r)), cudaMemcpyDeviceToDevice,
+                                       ps.stream));
     return;
   }
-  ::syncopt::cuda::dropout_forward(x, ps.out_count(r), nn::dropout::node_key(ps.step_key, j),
-                                   r.threshold, r.keep_scale, y, ps.stream);
+  with_type(ps.numerics, [&]<class T>() {
+    ::syncopt::cuda::dropout_forward(ps.tensor<T>(r.node->inputs[0]), ps.out_count(r),
+                                     nn::dropout::node_key(ps.step_key, j), r.threshold,
+                                     r.keep_scale, ps.output<T>(j), ps.stream);
+  });
 }
 
 void backward(const Pass& ps, NodeRt& r, NodePlan& /*np*/, std::size_t j) {
   const Delivery d0 = ps.delivery(*r.node, j, 0);
   if (d0 == Delivery::kNone) return;
-  ::syncopt::cuda::dropout_backward(
-      ps.doutput(j), ps.out_count(r), nn::dropout::node_key(ps.step_key, j), r.threshold,
-      r.keep_scale, ps.grad_of(r.node->inputs[0]), d0 == Delivery::kAccumulate, ps.stream);
+  with_type(ps.numerics, [&]<class T>() {
+    ::syncopt::cuda::dropout_backward(
+        ps.doutput<const T>(j), ps.out_count(r), nn::dropout::node_key(ps.step_key, j), r.threshold,
+        r.keep_scale, ps.grad_of<T>(r.node->inputs[0]), d0 == Delivery::kAccumulate, ps.stream);
+  });
 }
 
 }  // namespace syncopt::cuda::net::dropout

@@ -7,7 +7,7 @@ namespace syncopt::cuda::net::flatten {
 
 void forward(const Pass& ps, NodeRt& r, NodePlan& /*np*/, std::size_t j) {
   SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(ps.output(j), ps.tensor(r.node->inputs[0]),
-                                     ps.out_count(r) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                     ps.nbytes(ps.out_count(r)), cudaMemcpyDeviceToDevice,
                                      ps.stream));
 }
 

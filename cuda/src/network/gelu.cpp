@@ -6,14 +6,18 @@
 namespace syncopt::cuda::net::gelu {
 
 void forward(const Pass& ps, NodeRt& r, NodePlan& /*np*/, std::size_t j) {
-  gelu_forward(ps.tensor(r.node->inputs[0]), ps.out_count(r), ps.output(j), ps.stream);
+  with_type(ps.numerics, [&]<class T>() {
+    gelu_forward(ps.tensor<T>(r.node->inputs[0]), ps.out_count(r), ps.output<T>(j), ps.stream);
+  });
 }
 
 void backward(const Pass& ps, NodeRt& r, NodePlan& /*np*/, std::size_t j) {
   const Delivery d0 = ps.delivery(*r.node, j, 0);
   if (d0 == Delivery::kNone) return;
-  gelu_backward(ps.tensor(r.node->inputs[0]), ps.doutput(j), ps.out_count(r),
-                ps.grad_of(r.node->inputs[0]), d0 == Delivery::kAccumulate, ps.stream);
+  with_type(ps.numerics, [&]<class T>() {
+    gelu_backward(ps.tensor<T>(r.node->inputs[0]), ps.doutput<const T>(j), ps.out_count(r),
+                  ps.grad_of<T>(r.node->inputs[0]), d0 == Delivery::kAccumulate, ps.stream);
+  });
 }
 
 }  // namespace syncopt::cuda::net::gelu

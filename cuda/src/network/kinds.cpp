@@ -34,12 +34,13 @@ static_assert(nn::in_layer_type_order(kKinds), "kKinds must list every LayerType
 
 const KindOps& kind_ops(LayerType type) { return kKinds[static_cast<std::size_t>(type)]; }
 
-void Pass::pass_on(Delivery d, float* dst, const float* src, std::size_t n) const {
+void Pass::pass_on(Delivery d, void* dst, const void* src, std::size_t n) const {
   if (d == Delivery::kWrite) {
-    SYNCOPT_CHECK_CUDA(
-        cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes(n), cudaMemcpyDeviceToDevice, stream));
   } else if (d == Delivery::kAccumulate) {
-    accumulate(dst, src, n, stream);
+    with_type(numerics, [&]<class T>() {
+      accumulate(static_cast<T*>(dst), static_cast<const T*>(src), n, stream);
+    });
   }
 }
 

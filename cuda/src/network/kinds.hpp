@@ -30,12 +30,15 @@ const KindOps& kind_ops(LayerType type);
 
 namespace weighted {  // conv and fc: weights (with weight norm), bias
 void setup(NodeRt& r, Setup& s);
-// Before the forward: w = g v / ||v|| into r.w_eff (weight norm).
+// Before the forward: w = g v / ||v|| into r.w_eff (weight norm); in bf16,
+// the weights converted into r.w16.
 void forward_weights(const Pass& ps, NodeRt& r);
 // After the product: y += bias, fused ReLU.
-void forward_bias_act(const Pass& ps, NodeRt& r, float* y, int hw);
+void forward_bias_act(const Pass& ps, NodeRt& r, void* y, int hw);
 // The bias gradient, before the weight gradient.
-void backward_bias(const Pass& ps, NodeRt& r, const float* dy);
+void backward_bias(const Pass& ps, NodeRt& r, const void* dy);
+// Where the FP32 weight gradient goes: r.dw (weight norm) or the gradient.
+float* weight_grad(const Pass& ps, NodeRt& r);
 // After the weight gradient dw (r.dw with weight norm): dL/dv, dL/dg.
 void backward_weight_norm(const Pass& ps, NodeRt& r);
 }  // namespace weighted

@@ -50,12 +50,19 @@
 // mean of the means, E[x^2] as the mean of var + mean^2, in double); predict
 // normalises with those.
 //
-// Numerics: plain FP32 everywhere, no TF32: convolutions with
-// CUDNN_FMA_MATH, cuBLAS in CUBLAS_DEFAULT_MATH (which keeps FP32 sgemm in
-// FP32). The results equal the CPU backend's within float rounding. With
-// CudaOptions::deterministic the convolution algorithms are picked by
-// cuDNN's heuristics among the deterministic ones, without timing, and every
-// other kernel is deterministic, so two runs agree bit for bit.
+// Numerics (rt.hpp's Numerics, from CudaOptions): FP32 by default and
+// strictly (convolutions in CUDNN_FMA_MATH, cublasGemmEx with
+// CUBLAS_COMPUTE_32F: no TF32), TF32 tensor cores with compute.tf32; or, with
+// compute.precision = bf16, activations and their gradients in bf16 through
+// cuDNN's tensor-op math and cuBLAS with FP32 compute, the weights converted
+// from the FP32 master copy each step, a convolution's weight gradient
+// widened from bf16 into FP32 and an fc's written in FP32, batch-norm
+// statistics, the loss and the softmax in FP32. FP32 results equal the CPU
+// backend's within float rounding, bf16 results its bf16 ones within
+// bf16's. With CudaOptions::deterministic (compute.deterministic) the
+// convolution algorithms are picked by cuDNN's heuristics among the
+// deterministic ones, without timing, and every other kernel is
+// deterministic, so two runs agree bit for bit.
 //
 // Every wait of the host for the GPU's work is bounded by
 // CudaOptions::sync_timeout_s (sync.hpp). A CudaNetwork is not thread-safe.
@@ -76,9 +83,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void set_desc(TensorDesc& d, int batch, const Chw& t) {
-  SYNCOPT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                                 batch, t.c, t.h, t.w));
+void set_desc(TensorDesc& d, int batch, const Chw& t, cudnnDataType_t dt) {
+  SYNCOPT_CHECK_CUDNN(
+      cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, dt, batch, t.c, t.h, t.w));
 }
 
 }  // namespace
@@ -130,6 +137,7 @@ void CudaNetwork::build_nodes() {
   if (count == 0) throw ConfigError("a model needs at least one layer");
   m_nodes.resize(count);
   Setup setup;
+  setup.numerics = m_numerics;
   setup.layout = &m_graph.layout;
   setup.max_batch = m_max_batch;
   std::size_t next_param = 0;  // the groups tile the layout in node order
@@ -161,17 +169,22 @@ void CudaNetwork::allocate_buffers() {
   const std::size_t layout_count = m_graph.layout.count;
   m_params = DeviceBuffer<float>(layout_count);
   m_h_params = PinnedBuffer<float>(layout_count);
-  for (const NodeRt& r : m_nodes) m_t.emplace_back(n * r.out.count());
+  for (const NodeRt& r : m_nodes) {
+    m_t.emplace_back(n * r.out.count() * m_numerics.element_nbytes());
+    m_tptr.push_back(m_t.back().get());
+  }
   const std::size_t in_per = input_per_example();
   for (InputSlot& in : m_in) {
     in.x = DeviceBuffer<float>(n * in_per);
     in.labels = DeviceBuffer<std::int32_t>(n);
     in.h_x = PinnedBuffer<float>(n * in_per);
     in.h_labels = PinnedBuffer<std::int32_t>(n);
+    if (m_numerics.bf16) in.x16 = DeviceBuffer<__nv_bfloat16>(n * in_per);
   }
   m_loss = DeviceBuffer<double>(n);
   m_flags = DeviceBuffer<int>(kFlagCount);
   m_h_logits = PinnedBuffer<float>(n * static_cast<std::size_t>(m_classes));
+  if (m_numerics.bf16) m_logits32 = DeviceBuffer<float>(n * static_cast<std::size_t>(m_classes));
   m_h_loss = PinnedBuffer<double>(n);
   m_h_flags = PinnedBuffer<int>(kFlagCount);
 }
@@ -201,11 +214,11 @@ Plan CudaNetwork::build_forward(int batch) {
   Plan plan;
   plan.batch = batch;
   plan.nodes.resize(m_nodes.size());
-  Planner planner{m_cudnn.get(), &m_options, batch, 0, ""};
+  Planner planner{m_numerics, m_cudnn.get(), &m_options, batch, 0, ""};
   for (std::size_t j = 0; j < m_nodes.size(); ++j) {
     NodePlan& np = plan.nodes[j];
-    set_desc(np.x, batch, m_nodes[j].in);
-    set_desc(np.y, batch, m_nodes[j].out);
+    set_desc(np.x, batch, m_nodes[j].in, m_numerics.data());
+    set_desc(np.y, batch, m_nodes[j].out, m_numerics.data());
     if (ops(j).plan_forward != nullptr) ops(j).plan_forward(planner, m_nodes[j], np);
   }
   ensure_workspace(planner.workspace_nbytes);
@@ -217,7 +230,7 @@ Plan CudaNetwork::build_forward(int batch) {
 
 void CudaNetwork::build_backward(Plan& plan) {
   const auto t0 = std::chrono::steady_clock::now();
-  Planner planner{m_cudnn.get(), &m_options, plan.batch, 0, ""};
+  Planner planner{m_numerics, m_cudnn.get(), &m_options, plan.batch, 0, ""};
   for (std::size_t j = 0; j < m_nodes.size(); ++j) {
     if (ops(j).plan_backward != nullptr) ops(j).plan_backward(planner, m_nodes[j], plan.nodes[j]);
   }
@@ -238,7 +251,8 @@ void CudaNetwork::make_gradient_buffers() {
   m_d.resize(count);
   for (std::size_t j = 0; j < count; ++j) {
     if (m_gradients.buffer[j] == static_cast<int>(j)) {
-      m_d[j] = DeviceBuffer<float>(n * m_nodes[j].out.count());
+      m_d[j] =
+          DeviceBuffer<unsigned char>(n * m_nodes[j].out.count() * m_numerics.element_nbytes());
     }
   }
   m_dptr.resize(count);
@@ -253,7 +267,7 @@ void CudaNetwork::make_gradient_buffers() {
       scratch = std::max(scratch, n * r.in.count());
     }
   }
-  m_scratch = DeviceBuffer<float>(scratch);
+  m_scratch = DeviceBuffer<unsigned char>(scratch * m_numerics.element_nbytes());
   m_grad = DeviceBuffer<float>(m_graph.layout.count);
   m_h_grad = PinnedBuffer<float>(m_graph.layout.count);
 }

@@ -11,10 +11,11 @@
 
 namespace syncopt::cuda::net {
 
-Pass CudaNetwork::make_pass(Plan& plan, Mode mode, const float* P, float* G, const float* x0,
-                            float* dinput) const {
+Pass CudaNetwork::make_pass(Plan& plan, Mode mode, const float* P, float* G, const void* x0,
+                            void* dinput) const {
   Pass ps;
   ps.plan = &plan;
+  ps.numerics = m_numerics;
   ps.cudnn = m_cudnn.get();
   ps.cublas = m_cublas.get();
   ps.stream = m_stream.get();
@@ -29,7 +30,7 @@ Pass CudaNetwork::make_pass(Plan& plan, Mode mode, const float* P, float* G, con
   ps.x0 = x0;
   ps.dinput = dinput;
   ps.step_key = m_step_key;
-  ps.t = &m_t;
+  ps.t = &m_tptr;
   ps.dptr = &m_dptr;
   ps.grads = &m_gradients;
   return ps;
@@ -41,13 +42,17 @@ void CudaNetwork::forward_node(const Pass& ps, std::size_t j) {
 
 void CudaNetwork::backward_node(const Pass& ps, std::size_t j) {
   NodeRt& r = m_nodes[j];
-  if (r.node->relu)
-    relu_backward(ps.output(j), ps.doutput(j), ps.out_count(r), ps.doutput(j), ps.stream);
+  if (r.node->relu) {
+    with_type(ps.numerics, [&]<class T>() {
+      relu_backward(ps.output<const T>(j), ps.doutput<const T>(j), ps.out_count(r),
+                    ps.doutput<T>(j), ps.stream);
+    });
+  }
   ops(j).backward(ps, r, ps.plan->nodes[j], j);
 }
 
 void CudaNetwork::forward(Plan& plan, Mode mode, const float* P, const float* host_params,
-                          const float* x0) {
+                          const void* x0) {
   const Pass ps = make_pass(plan, mode, P, nullptr, x0, nullptr);
   nn::walk_forward(m_graph, nullptr, [&](std::size_t j) {
     if (m_nodes[j].has_params && host_params != nullptr) upload_node(m_nodes[j], host_params);
@@ -55,8 +60,8 @@ void CudaNetwork::forward(Plan& plan, Mode mode, const float* P, const float* ho
   });
 }
 
-void CudaNetwork::backward(Plan& plan, const float* P, float* G, bool download, const float* x0,
-                           float* dinput) {
+void CudaNetwork::backward(Plan& plan, const float* P, float* G, bool download, const void* x0,
+                           void* dinput) {
   const Pass ps = make_pass(plan, Mode::kTrain, P, G, x0, dinput);
   nn::walk_backward(
       m_graph, [&](std::size_t j) { backward_node(ps, j); },
@@ -79,11 +84,16 @@ void CudaNetwork::predict(const float* params, const float* images, int batch, f
   const cudaStream_t s = m_stream.get();
   params_may_be_refilled();
   InputSlot& in = stage_inputs(images, nullptr, batch);
-  forward(plan, Mode::kInfer, m_params.get(), params, in.x.get());
+  forward(plan, Mode::kInfer, m_params.get(), params, input_of(in));
   SYNCOPT_CHECK_CUDA(cudaEventRecord(in.read.get(), s));
   const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(m_classes);
-  SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_logits.get(), m_t.back().get(), n * sizeof(float),
-                                     cudaMemcpyDeviceToHost, s));
+  const float* logits32 = static_cast<const float*>(m_tptr.back());
+  if (m_numerics.bf16) {
+    convert(static_cast<const __nv_bfloat16*>(m_tptr.back()), n, m_logits32.get(), s);
+    logits32 = m_logits32.get();
+  }
+  SYNCOPT_CHECK_CUDA(
+      cudaMemcpyAsync(m_h_logits.get(), logits32, n * sizeof(float), cudaMemcpyDeviceToHost, s));
   wait_stream(s, m_options.sync_timeout_s, "predict");
   std::memcpy(logits, m_h_logits.get(), n * sizeof(float));
 }
@@ -108,7 +118,7 @@ void CudaNetwork::set_batch_norm_statistics(const float* params, const float* im
     if (b == 0) params_may_be_refilled();
     InputSlot& in = stage_inputs(x, nullptr, batch);
     // The parameters go up once, with the first batch.
-    forward(plan, Mode::kStatistics, m_params.get(), b == 0 ? params : nullptr, in.x.get());
+    forward(plan, Mode::kStatistics, m_params.get(), b == 0 ? params : nullptr, input_of(in));
     SYNCOPT_CHECK_CUDA(cudaEventRecord(in.read.get(), s));
   }
   for (NodeRt& r : m_nodes) {

@@ -41,7 +41,7 @@ void backward(const Pass& ps, NodeRt& r, NodePlan& np, std::size_t j) {
   const nn::Node& node = *r.node;
   const Delivery d0 = ps.delivery(node, j, 0);
   if (d0 == Delivery::kNone) return;
-  float* dx = ps.grad_of(node.inputs[0]);
+  void* dx = ps.grad_of(node.inputs[0]);
   const float* beta = beta_of(d0);
   // Input positions in no window get no gradient: zero them first when this
   // contribution overwrites (then cuDNN adds to zeros).
@@ -51,7 +51,7 @@ void backward(const Pass& ps, NodeRt& r, NodePlan& np, std::size_t j) {
       (a.stride <= a.kernel && (r.in.h + 2 * a.pad - a.kernel) % a.stride == 0 &&
        (r.in.w + 2 * a.pad - a.kernel) % a.stride == 0);
   if (d0 == Delivery::kWrite && !covers_all) {
-    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(dx, 0, ps.in_count(r) * sizeof(float), ps.stream));
+    SYNCOPT_CHECK_CUDA(cudaMemsetAsync(dx, 0, ps.nbytes(ps.in_count(r)), ps.stream));
     beta = &kOne;
   }
   SYNCOPT_CHECK_CUDNN(cudnnPoolingBackward(ps.cudnn, r.pool.get(), &kOne, np.y.get(), ps.output(j),

@@ -62,7 +62,17 @@ InputSlot& CudaNetwork::stage_inputs(const float* images, const std::int32_t* la
   }
   SYNCOPT_CHECK_CUDA(cudaEventRecord(in.up.get(), c));
   SYNCOPT_CHECK_CUDA(cudaStreamWaitEvent(m_stream.get(), in.up.get(), 0));
+  // bf16: the images converted on the compute stream, which the slot's
+  // `read` event covers like every other use of the slot.
+  if (m_numerics.bf16) {
+    convert(in.x.get(), static_cast<std::size_t>(batch) * input_per_example(), in.x16.get(),
+            m_stream.get());
+  }
   return in;
+}
+
+const void* CudaNetwork::input_of(const InputSlot& in) const {
+  return m_numerics.bf16 ? static_cast<const void*>(in.x16.get()) : in.x.get();
 }
 
 // Host-pointer path: node r's parameter group from `host` into m_params on
@@ -112,9 +122,9 @@ float CudaNetwork::train_step_device(const float* d_params, const float* images,
   const cudaStream_t s = m_stream.get();
   set_step_key(images, labels, batch);
   InputSlot& in = stage_inputs(images, labels, batch);
-  forward(plan, Mode::kTrain, d_params, nullptr, in.x.get());
+  forward(plan, Mode::kTrain, d_params, nullptr, input_of(in));
   loss_and_dlogits(batch, in.labels.get());
-  backward(plan, d_params, d_grad, false, in.x.get(), nullptr);
+  backward(plan, d_params, d_grad, false, input_of(in), nullptr);
   SYNCOPT_CHECK_CUDA(cudaEventRecord(in.read.get(), s));
   // The divergence check rides on the loss read-back: the same wait.
   if (grad_finite != nullptr)
@@ -138,16 +148,24 @@ float CudaNetwork::host_train_step(const float* params, const float* images,
     const std::size_t cap = static_cast<std::size_t>(m_max_batch) * input_per_example();
     m_dinput = DeviceBuffer<float>(cap);
     m_h_dinput = PinnedBuffer<float>(cap);
+    if (m_numerics.bf16) m_dinput16 = DeviceBuffer<__nv_bfloat16>(cap);
   }
   set_step_key(images, labels, batch);
   params_may_be_refilled();
   InputSlot& in = stage_inputs(images, labels, batch);
-  forward(plan, Mode::kTrain, m_params.get(), params, in.x.get());
+  forward(plan, Mode::kTrain, m_params.get(), params, input_of(in));
   loss_and_dlogits(batch, in.labels.get());
-  backward(plan, m_params.get(), m_grad.get(), true, in.x.get(),
-           input_grad != nullptr ? m_dinput.get() : nullptr);
+  void* dinput = nullptr;
+  if (input_grad != nullptr) {
+    dinput = m_numerics.bf16 ? static_cast<void*>(m_dinput16.get()) : m_dinput.get();
+  }
+  backward(plan, m_params.get(), m_grad.get(), true, input_of(in), dinput);
   SYNCOPT_CHECK_CUDA(cudaEventRecord(in.read.get(), s));
   const std::size_t in_count = static_cast<std::size_t>(batch) * input_per_example();
+  if (input_grad != nullptr && m_numerics.bf16) {
+    convert(m_dinput16.get(), static_cast<std::size_t>(batch) * input_per_example(), m_dinput.get(),
+            s);
+  }
   if (input_grad != nullptr) {  // down with the losses, under the same wait
     SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_dinput.get(), m_dinput.get(), in_count * sizeof(float),
                                        cudaMemcpyDeviceToHost, s));
@@ -175,9 +193,10 @@ class StagedDevice {
         m_labels(labels),
         m_grad(grad),
         m_in(in),
-        m_fwd(net.make_pass(plan, Mode::kTrain, net.m_params.get(), nullptr, in.x.get(), nullptr)),
-        m_bwd(net.make_pass(plan, Mode::kTrain, net.m_params.get(), net.m_grad.get(), in.x.get(),
-                            nullptr)) {}
+        m_fwd(net.make_pass(plan, Mode::kTrain, net.m_params.get(), nullptr, net.input_of(in),
+                            nullptr)),
+        m_bwd(net.make_pass(plan, Mode::kTrain, net.m_params.get(), net.m_grad.get(),
+                            net.input_of(in), nullptr)) {}
 
   void upload(std::size_t j) { m_net.upload_node(m_net.m_nodes[j], m_params); }
   void forward(std::size_t j) { m_net.forward_node(m_fwd, j); }
@@ -229,8 +248,11 @@ float CudaNetwork::train_step_staged(const float* params, const float* images,
 void CudaNetwork::loss_and_dlogits(int batch, const std::int32_t* d_labels) {
   const cudaStream_t s = m_stream.get();
   SYNCOPT_CHECK_CUDA(cudaMemsetAsync(m_flags.get(), 0, m_flags.nbytes(), s));
-  softmax_cross_entropy(m_t.back().get(), d_labels, batch, m_classes, m_loss.get(), m_dptr.back(),
-                        m_flags.get() + kBadLabel, s);
+  with_type(m_numerics, [&]<class T>() {
+    softmax_cross_entropy(static_cast<const T*>(m_tptr.back()), d_labels, batch, m_classes,
+                          m_loss.get(), static_cast<T*>(m_dptr.back()), m_flags.get() + kBadLabel,
+                          s);
+  });
 }
 
 void CudaNetwork::download_losses(int batch) {
