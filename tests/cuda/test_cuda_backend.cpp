@@ -308,7 +308,7 @@ TEST_CASE("cuda kernels: softmax cross-entropy, and a bad label is flagged", "[c
   labels[17] = classes;  // out of range
   auto d_y2 = to_device(labels);
   cu::softmax_cross_entropy<float>(d_z.get(), d_y2.get(), batch, classes, d_loss.get(), nullptr,
-                            d_bad.get(), nullptr);
+                                   d_bad.get(), nullptr);
   CHECK(to_host(d_bad)[0] == 1);
 }
 
