@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Training throughput of syncopt's CPU backend vs PyTorch eager, model by model.
+"""Training throughput of syncopt's CPU backend vs PyTorch eager, model by model,
+in FP32 and in bf16 (syncopt's compute.precision = bf16 against PyTorch under
+torch.autocast("cpu", dtype=torch.bfloat16)).
 
 Models: the reference CNN (conv3x3(32)-relu-pool2, conv3x3(64)-relu-pool2,
 fc(256)-relu, fc(10), weight normalisation on every layer) and ResNet-20 (He
@@ -24,7 +26,12 @@ off because the PyTorch loop keeps none.
 PyTorch is the peer only: installed here when missing (pip) and never used
 by syncopt itself.
 
-    bench/models_vs_torch.py [--models cnn,resnet20] [--batches 32,128] [--rounds 3]
+Also printed: the CPU model (lscpu) and the oneDNN version and instruction
+set syncopt dispatches to (`syncopt --version`), and for each model and
+batch syncopt bf16 / syncopt FP32.
+
+    bench/models_vs_torch.py [--models cnn,resnet20] [--batches 32,128]
+                             [--precisions fp32,bf16] [--rounds 3]
 """
 import argparse
 import json
@@ -53,6 +60,7 @@ from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 model_name = sys.argv[1]
 batch, steps, threads, seed = (int(a) for a in sys.argv[2:6])
+bf16 = sys.argv[6] == "bf16"
 torch.set_num_threads(threads)
 torch.manual_seed(seed)
 
@@ -102,7 +110,8 @@ for s in range(steps):
     idx = perm[(s * batch) % (n - batch):(s * batch) % (n - batch) + batch]
     xb, yb = x[idx], y[idx]
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(xb), yb)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = loss_fn(model(xb), yb)
     loss.backward()
     opt.step()
 dt = time.perf_counter() - t0
@@ -115,7 +124,8 @@ print(f"TORCH {steps * batch / dt:.3f} {float(loss):.4f} {torch.__version__}")
 DNNL_SGEMM = r"""
 import ctypes, ctypes.util, time
 import numpy as np
-lib = ctypes.CDLL(ctypes.util.find_library("dnnl") or "libdnnl.so.2")
+import sys
+lib = ctypes.CDLL(sys.argv[1])
 f = lib.dnnl_sgemm
 i64, flt, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 f.argtypes = [ctypes.c_char, ctypes.c_char, i64, i64, i64, flt, ptr, i64, ptr, i64, flt, ptr, i64]
@@ -149,23 +159,45 @@ def torch_env(threads):
     return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
 
 
-def run_torch(model, batch, steps, threads, seed):
+def run_torch(model, batch, steps, threads, seed, precision):
     out = subprocess.run([sys.executable, "-c", TORCH_LOOP, model, str(batch), str(steps),
-                          str(threads), str(seed)], env=torch_env(threads), check=True,
-                         capture_output=True, text=True).stdout
+                          str(threads), str(seed), precision], env=torch_env(threads),
+                         check=True, capture_output=True, text=True).stdout
     line = [l for l in out.splitlines() if l.startswith("TORCH ")][-1].split()
     return float(line[1]), line[3]
 
 
-def sgemm_peak(code=SGEMM):
-    res = subprocess.run([sys.executable, "-c", code], env=torch_env(1), capture_output=True,
-                         text=True)
+def sgemm_peak(code=SGEMM, *args):
+    res = subprocess.run([sys.executable, "-c", code, *args], env=torch_env(1),
+                         capture_output=True, text=True)
     lines = [l for l in res.stdout.splitlines() if l.startswith("SGEMM ")]
     return float(lines[-1].split()[1]) if res.returncode == 0 and lines else float("nan")
 
 
-def syncopt_args(exe, model, batch, steps, threads, seed, tmp, name):
+def dnnl_library(exe):
+    """The libdnnl the syncopt binary loads (ldd)."""
+    out = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+    m = re.search(r"libdnnl\.so\S* => (\S+)", out)
+    return m.group(1) if m else "libdnnl.so.3"
+
+
+def machine(exe):
+    """The CPU model, and syncopt's oneDNN and its instruction set."""
+    cpu = "?"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        m = re.search(r"Model name:\s*(.+)", out)
+        cpu = m.group(1).strip() if m else cpu
+    except OSError:
+        pass
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"compute: (.+)", version)
+    return cpu, (m.group(1).strip() if m else "?")
+
+
+def syncopt_args(exe, model, batch, steps, threads, seed, tmp, name, precision="fp32"):
     return [exe, "train", os.path.join(ROOT, "configs", "bench-cnn.toml"), "--quiet",
+            "--set", f"compute.precision={precision}",
             "--set", f"run.dir={tmp}", "--set", f"run.name={name}",
             "--set", f"model.name={model}", "--set", "eval.bn_batches=1",
             "--set", f"train.batch={batch}", "--set", f"train.steps={steps}",
@@ -179,14 +211,32 @@ def forward_flops(exe, model, tmp):
     return float(m.group(1)) * 1e6
 
 
-def run_syncopt(exe, model, batch, steps, threads, seed, tmp):
+def run_syncopt(exe, model, batch, steps, threads, seed, tmp, precision):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    name = f"bench-{model}-b{batch}-{time.monotonic_ns()}"
-    subprocess.run(syncopt_args(exe, model, batch, steps, threads, seed, tmp, name), env=env,
-                   check=True, capture_output=True, text=True)
+    name = f"bench-{model}-b{batch}-{precision}-{time.monotonic_ns()}"
+    subprocess.run(syncopt_args(exe, model, batch, steps, threads, seed, tmp, name, precision),
+                   env=env, check=True, capture_output=True, text=True)
     with open(os.path.join(tmp, name, "summary.json")) as f:
         summary = json.load(f)
     return summary["steps"] * summary["batch"] / summary["train_s"]
+
+
+def measure(args, model, batch, steps, precision, flops, tmp):
+    """Alternating rounds of syncopt and PyTorch at one precision."""
+    ours, theirs, version = [], [], ""
+    for r in range(args.rounds):
+        ours.append(run_syncopt(args.exe, model, batch, steps, args.threads, r + 1, tmp,
+                                precision))
+        t, version = run_torch(model, batch, steps, args.threads, r + 1, precision)
+        theirs.append(t)
+        print(f"  {model} batch {batch} {precision} round {r + 1}: syncopt {ours[-1]:8.1f} img/s"
+              f"   torch {theirs[-1]:8.1f} img/s", flush=True)
+    a, b = statistics.median(ours), statistics.median(theirs)
+    return {"model": model, "batch": batch, "precision": precision, "threads": args.threads,
+            "steps": steps, "syncopt_img_s": a, "torch_img_s": b, "ratio": a / b,
+            "syncopt_rounds": ours, "torch_rounds": theirs,
+            "train_gflop_per_example": 3 * flops / 1e9, "syncopt_gflop_s": a * 3 * flops / 1e9,
+            "torch_gflop_s": b * 3 * flops / 1e9, "torch_version": version}
 
 
 def main():
@@ -195,6 +245,7 @@ def main():
     ap.add_argument("--exe", default=os.path.join(ROOT, "build", "syncopt"))
     ap.add_argument("--models", default="cnn,resnet20")
     ap.add_argument("--batches", default="32,128")
+    ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--examples", type=int, default=4096,
                     help="examples trained per run (steps = examples / batch)")
@@ -207,7 +258,9 @@ def main():
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores",
           flush=True)
-    torch_peak, dnnl_peak = sgemm_peak(SGEMM), sgemm_peak(DNNL_SGEMM)
+    cpu, compute = machine(args.exe)
+    print(f"CPU: {cpu}; syncopt: {compute}", flush=True)
+    torch_peak, dnnl_peak = sgemm_peak(SGEMM), sgemm_peak(DNNL_SGEMM, dnnl_library(args.exe))
     peak = max(torch_peak, dnnl_peak)
     print(f"one-thread sgemm 2048x2048, best of 5: torch.mm {torch_peak:.1f} GFLOP/s, "
           f"oneDNN dnnl_sgemm {dnnl_peak:.1f} GFLOP/s; the peak below is the larger", flush=True)
@@ -217,31 +270,26 @@ def main():
             flops = forward_flops(args.exe, model, tmp)
             for batch in (int(b) for b in args.batches.split(",")):
                 steps = max(1, args.examples // batch)
-                ours, theirs, version = [], [], ""
-                for r in range(args.rounds):
-                    ours.append(run_syncopt(args.exe, model, batch, steps, args.threads, r + 1, tmp))
-                    t, version = run_torch(model, batch, steps, args.threads, r + 1)
-                    theirs.append(t)
-                    print(f"  {model} batch {batch} round {r + 1}: syncopt {ours[-1]:8.1f} img/s   "
-                          f"torch {theirs[-1]:8.1f} img/s", flush=True)
-                a, b = statistics.median(ours), statistics.median(theirs)
-                results.append({"model": model, "batch": batch, "threads": args.threads,
-                                "steps": steps, "syncopt_img_s": a, "torch_img_s": b,
-                                "ratio": a / b, "syncopt_rounds": ours, "torch_rounds": theirs,
-                                "train_gflop_per_example": 3 * flops / 1e9,
-                                "syncopt_gflop_s": a * 3 * flops / 1e9,
-                                "torch_gflop_s": b * 3 * flops / 1e9,
-                                "sgemm_peak_gflop_s": peak, "torch_mm_gflop_s": torch_peak,
-                                "dnnl_sgemm_gflop_s": dnnl_peak, "torch_version": version})
+                for precision in args.precisions.split(","):
+                    results.append(measure(args, model, batch, steps, precision, flops, tmp))
+                    results[-1].update({"sgemm_peak_gflop_s": peak,
+                                        "torch_mm_gflop_s": torch_peak,
+                                        "dnnl_sgemm_gflop_s": dnnl_peak, "cpu": cpu,
+                                        "syncopt_compute": compute})
     load = os.getloadavg()
     print(f"\n{args.threads} thread(s), median of {args.rounds} alternating rounds; "
           f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"{'model':>9} {'batch':>6} {'syncopt img/s':>14} {'torch img/s':>12} "
-          f"{'syncopt/torch':>14} {'syncopt GFLOP/s':>16} {'torch GFLOP/s':>14} {'% of sgemm':>10}")
+    print(f"{'model':>9} {'batch':>6} {'prec':>5} {'syncopt img/s':>14} {'torch img/s':>12} "
+          f"{'syncopt/torch':>14} {'vs fp32':>8} {'syncopt GFLOP/s':>16} {'% of sgemm':>10}")
+    fp32 = {(r["model"], r["batch"]): r["syncopt_img_s"] for r in results
+            if r["precision"] == "fp32"}
     for r in results:
-        print(f"{r['model']:>9} {r['batch']:>6} {r['syncopt_img_s']:>14.1f} "
-              f"{r['torch_img_s']:>12.1f} {r['ratio']:>14.2f} {r['syncopt_gflop_s']:>16.1f} "
-              f"{r['torch_gflop_s']:>14.1f} {100 * r['syncopt_gflop_s'] / peak:>9.0f}%")
+        base = fp32.get((r["model"], r["batch"]))
+        vs = f"{r['syncopt_img_s'] / base:.2f}" if base else "-"
+        print(f"{r['model']:>9} {r['batch']:>6} {r['precision']:>5} {r['syncopt_img_s']:>14.1f} "
+              f"{r['torch_img_s']:>12.1f} {r['ratio']:>14.2f} {vs:>8} "
+              f"{r['syncopt_gflop_s']:>16.1f} {100 * r['syncopt_gflop_s'] / peak:>9.0f}%")
+    print(f"CPU: {cpu}; syncopt: {compute}; torch bf16 = torch.autocast(\"cpu\", bfloat16)")
     print(f"(PyTorch {results[0]['torch_version']}; one-thread sgemm: torch.mm {torch_peak:.1f}, "
           f"dnnl_sgemm {dnnl_peak:.1f} GFLOP/s)")
     if args.json:
