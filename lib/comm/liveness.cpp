@@ -234,7 +234,7 @@ std::vector<int> Watch::poll(double now) {
         m_core.heard(i, now);
         const std::string err =
             check_header(h, {static_cast<std::uint32_t>(m_peers[static_cast<std::size_t>(i)]),
-                             {Kind::kEnding, Kind::kSaved, Kind::kStop},
+                             {Kind::kEnding, Kind::kSaved, Kind::kStop, Kind::kWritten},
                              0,
                              m_notice_capacity,
                              d.bytes});

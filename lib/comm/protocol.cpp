@@ -36,6 +36,8 @@ const char* kind_name(std::uint16_t kind) {
       return "DECISION";
     case Kind::kEnding:
       return "ENDING";
+    case Kind::kWritten:
+      return "WRITTEN";
   }
   return "unknown";
 }

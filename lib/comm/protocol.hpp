@@ -19,7 +19,7 @@
 namespace syncopt::comm {
 
 inline constexpr std::uint32_t kMagic = 0x53594E43u;  // "SYNC"
-inline constexpr std::uint16_t kProtoVersion = 5;
+inline constexpr std::uint16_t kProtoVersion = 6;
 inline constexpr std::uint64_t kAnyVersion = ~std::uint64_t{0};
 // CHECKPOINT with this step: no checkpoint is saved, the run just ends.
 inline constexpr std::uint64_t kNoCheckpoint = ~std::uint64_t{0};
@@ -42,6 +42,9 @@ enum class Kind : std::uint16_t {
   kDecision = 13,  // shard 0 -> shards: the workers update `param_version` averages (ids as floats)
   // On the liveness communicator (comm/liveness.hpp), to the ranks that watch the sender:
   kEnding = 14,  // the sender ends the job with `code`; payload: ranks it found dead (as floats)
+  // rank 0 -> the ranks that watch it: the records and summary.json are
+  // written; a rank that skips MPI_Finalize may exit now (docs/design.md §10).
+  kWritten = 15,
 };
 
 const char* kind_name(std::uint16_t kind);
@@ -56,7 +59,7 @@ inline constexpr int kTagFinal = 16;       // shard -> eval writer (FINAL)
 inline constexpr int kTagResult = 17;      // eval writer -> rank 0 (RESULT)
 inline constexpr int kTagRecords = 18;     // shard -> rank 0: its step records, raw bytes
 inline constexpr int kTagDecision = 19;    // shard 0 -> shards (DECISION)
-inline constexpr int kTagNotice = 22;      // liveness communicator: ENDING, STOP, SAVED
+inline constexpr int kTagNotice = 22;      // liveness communicator: ENDING, STOP, SAVED, WRITTEN
 
 // Bits of MsgHeader::flags.
 inline constexpr std::uint32_t kFlagFinal = 1u;  // PARAMS to the evaluator: training has ended

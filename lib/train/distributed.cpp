@@ -803,6 +803,42 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   return metrics::format_report(an, metrics::read_jsonl(job.run_dir / "eval.jsonl"));
 }
 
+// Rank 0, everything written: the ranks that watch it may exit (WRITTEN).
+void tell_written(Job& job) {
+  for (const int r : job.watch->beat_to()) {
+    if (job.watch->alive(r)) job.watch->notify(r, Kind::kWritten, 0, 0);
+  }
+  (void)job.watch->flush(1.0);
+}
+
+// A rank that will skip MPI_Finalize (a peer died: it would wait for it)
+// exits only once rank 0 has written the records and summary.json, or is
+// found dead: a plain mpirun ends every rank, rank 0 in mid-write
+// included, as soon as one exits with an error (or without MPI_Finalize).
+// Rank 0's heartbeats keep this wait going while it writes (a final
+// evaluation can take a while); kWrittenCapS bounds it anyway.
+void wait_for_written(Job& job) {
+  constexpr double kWrittenCapS = 600.0;
+  const auto& peers = job.watch->peers();
+  if (std::find(peers.begin(), peers.end(), 0) == peers.end()) return;
+  const RunClock waited;
+  comm::IdleBackoff backoff;
+  while (job.watch->alive(0)) {
+    (void)job.watch->poll(job.clock.now());
+    for (const auto& n : job.watch->notices()) {
+      if (n.from == 0 && n.kind == Kind::kWritten) return;
+    }
+    if (waited.now() > kWrittenCapS) {
+      spdlog::warn(
+          "rank 0 has not said that the run's records are written after {:.0f}s; "
+          "exiting without it",
+          kWrittenCapS);
+      return;
+    }
+    backoff.idle(0.01);
+  }
+}
+
 // 6. The end, point to point and bounded by cluster.dead_after_s: shards
 //    send their final slices to the eval writer and their records to rank
 //    0; the eval writer sends rank 0 the final evaluation.
@@ -863,6 +899,11 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
     result.report = write_outputs(job, out, fe, limit_s);
   }
   if (!sends.drain(limit_s)) spdlog::warn("end phase: some messages were not received");
+  if (job.rank == 0) {
+    tell_written(job);
+  } else if (result.peer_lost || !result.dead_ranks.empty()) {
+    wait_for_written(job);
+  }
   return result;
 }
 
