@@ -111,6 +111,15 @@ std::string check_header(const MsgHeader& h, const Expect& e) {
            " says its payload follows apart, which only GRAD and "
            "PARAMS may";
   }
+  const bool bf16 = (h.flags & kFlagBf16) != 0;
+  if (bf16 && !split) {
+    return from + kind_name(h.kind) + " says bf16 elements inline, which only a split payload may";
+  }
+  if ((kind == Kind::kGrad || kind == Kind::kParams) && bf16 != e.bf16) {
+    return from + kind_name(h.kind) + " carries " + (bf16 ? "bf16" : "fp32") +
+           " elements, this rank expects " + (e.bf16 ? "bf16" : "fp32") +
+           " (exchange.wire differs between ranks?)";
+  }
   const int header_bytes = split ? Message::wire_bytes(0) : Message::wire_bytes(h.count);
   if (e.received_bytes != header_bytes) {
     return from + "received " + std::to_string(e.received_bytes) + " bytes, header says " +

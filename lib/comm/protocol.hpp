@@ -76,6 +76,9 @@ inline constexpr std::uint32_t kFlagPeerLost = 8u;
 // header), so that they move straight from and into the buffers a network
 // computes with (comm/requests.hpp).
 inline constexpr std::uint32_t kFlagSplit = 16u;
+// GRAD, PARAMS (split only): the payload's `count` elements are bf16 (two
+// bytes each, exchange.wire = "bf16"), not FP32.
+inline constexpr std::uint32_t kFlagBf16 = 32u;
 
 struct MsgHeader {
   std::uint32_t magic = kMagic;
@@ -101,6 +104,11 @@ struct MsgHeader {
   std::uint16_t bucket = 0;
   std::uint16_t buckets = 1;
 };
+
+// Bytes of the elements a header announces: `count` of them, two bytes
+// each with kFlagBf16, four otherwise.
+inline std::size_t element_bytes(const MsgHeader& h) { return (h.flags & kFlagBf16) != 0 ? 2 : 4; }
+inline std::size_t payload_bytes(const MsgHeader& h) { return h.count * element_bytes(h); }
 static_assert(sizeof(MsgHeader) == 80, "MsgHeader is part of the wire format");
 
 // The one way to start a header: kind, sender (world rank), shard, and the
@@ -145,6 +153,9 @@ struct Expect {
   // set, a GRAD/PARAMS must name one of them (bucket < buckets, `buckets`
   // equal to their number) and carry exactly its offset and count.
   const std::vector<BucketSpan>* buckets = nullptr;
+  // GRAD, PARAMS: the element type the receiver was configured for
+  // (exchange.wire); a split payload of the other type is refused.
+  bool bf16 = false;
 };
 
 // Empty when the header is valid; otherwise one line naming the sender rank

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "comm/mpi.hpp"
+#include "common/bf16.hpp"
 #include "common/error.hpp"
 
 namespace syncopt::comm {
@@ -51,11 +53,11 @@ void SendQueue::send(SharedMessage msg, int dest, int tag) {
 }
 
 void SendQueue::send_split(SharedMessage header, std::shared_ptr<const void> owner,
-                           const float* payload, int dest, int tag) {
+                           const void* payload, int dest, int tag) {
   if ((header->header().flags & kFlagSplit) == 0) {
     throw InternalError("SendQueue::send_split of a header without kFlagSplit");
   }
-  const int bytes = static_cast<int>(header->header().count * sizeof(float));
+  const int bytes = static_cast<int>(payload_bytes(header->header()));
   Entry h;
   h.dest = dest;
   SYNCOPT_CHECK_MPI(
@@ -138,8 +140,8 @@ void RecvSlots::post(int slot) {
       MPI_Irecv(s.msg.data(), s.msg.max_bytes(), MPI_BYTE, s.source, s.tag, s.comm, &req));
 }
 
-void RecvSlots::post_payload(int slot, std::shared_ptr<void> owner, float* payload,
-                             std::size_t count) {
+void RecvSlots::post_payload(int slot, std::shared_ptr<void> owner, void* payload,
+                             std::size_t count, std::size_t elem_bytes) {
   auto& s = m_slots[static_cast<std::size_t>(slot)];
   auto& req = m_reqs[static_cast<std::size_t>(slot)];
   if (req != MPI_REQUEST_NULL)
@@ -147,11 +149,11 @@ void RecvSlots::post_payload(int slot, std::shared_ptr<void> owner, float* paylo
   s.raw = true;
   s.dest = payload;
   s.dest_owner = std::move(owner);
-  SYNCOPT_CHECK_MPI(MPI_Irecv(payload, static_cast<int>(count * sizeof(float)), MPI_BYTE, s.source,
+  SYNCOPT_CHECK_MPI(MPI_Irecv(payload, static_cast<int>(count * elem_bytes), MPI_BYTE, s.source,
                               s.tag, s.comm, &req));
 }
 
-void RecvSlots::post_payload(int slot, std::size_t count) {
+void RecvSlots::post_payload(int slot, std::size_t count, std::size_t elem_bytes) {
   auto& s = m_slots[static_cast<std::size_t>(slot)];
   auto& req = m_reqs[static_cast<std::size_t>(slot)];
   if (req != MPI_REQUEST_NULL)
@@ -163,8 +165,25 @@ void RecvSlots::post_payload(int slot, std::size_t count) {
   s.raw = true;
   s.dest = nullptr;
   s.dest_owner.reset();
-  SYNCOPT_CHECK_MPI(MPI_Irecv(s.msg.payload(), static_cast<int>(count * sizeof(float)), MPI_BYTE,
+  SYNCOPT_CHECK_MPI(MPI_Irecv(s.msg.payload(), static_cast<int>(count * elem_bytes), MPI_BYTE,
                               s.source, s.tag, s.comm, &req));
+}
+
+void RecvSlots::widen_bf16(int slot, std::size_t count) {
+  auto& s = m_slots[static_cast<std::size_t>(slot)];
+  if (!s.raw || s.dest != nullptr || count > s.msg.capacity()) {
+    throw InternalError("RecvSlots::widen_bf16 of a slot without its own payload of " +
+                        std::to_string(count) + " values");
+  }
+  // The bf16 values fill the first half of the buffer; from the last one
+  // down, each float lands where no unread value is left.
+  float* out = s.msg.payload();
+  const auto* bytes = reinterpret_cast<const unsigned char*>(out);
+  for (std::size_t i = count; i-- > 0;) {
+    std::uint16_t h;
+    std::memcpy(&h, bytes + 2 * i, sizeof h);
+    out[i] = bf16::to_float(h);
+  }
 }
 
 void RecvSlots::cancel(int slot) {

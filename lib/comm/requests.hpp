@@ -52,9 +52,10 @@ class SendQueue {
   // must not modify it while use_count() > 1.
   void send(SharedMessage msg, int dest, int tag);
   // The header of `header` alone (its flags must say kFlagSplit), then
-  // header().count floats at `payload` (inside `owner`) as the next
-  // message to `dest` with the same tag.
-  void send_split(SharedMessage header, std::shared_ptr<const void> owner, const float* payload,
+  // header().count elements at `payload` (inside `owner`; FP32, or bf16
+  // when the flags say kFlagBf16) as the next message to `dest` with the
+  // same tag.
+  void send_split(SharedMessage header, std::shared_ptr<const void> owner, const void* payload,
                   int dest, int tag);
   // Drops the sends that have completed. Cheap when nothing is in flight.
   void progress();
@@ -91,10 +92,15 @@ class RecvSlots {
   // straight into `payload` (inside `owner`), nothing else. The slot's
   // header stays as the last post() received it; payload(slot) points to
   // `payload`, and raw(slot) is true, until the next post().
-  void post_payload(int slot, std::shared_ptr<void> owner, float* payload, std::size_t count);
+  // `elem_bytes`: 4 for FP32, 2 for bf16 (kFlagBf16).
+  void post_payload(int slot, std::shared_ptr<void> owner, void* payload, std::size_t count,
+                    std::size_t elem_bytes = sizeof(float));
   // The same into the slot's own buffer, after the header it holds.
-  void post_payload(int slot, std::size_t count);
+  void post_payload(int slot, std::size_t count, std::size_t elem_bytes = sizeof(float));
   bool raw(int slot) const { return m_slots[static_cast<std::size_t>(slot)].raw; }
+  // The slot's own payload, received as `count` bf16 values (kFlagBf16),
+  // widened in place to FP32: payload(slot) then reads floats.
+  void widen_bf16(int slot, std::size_t count);
   // Cancels the slot's receive (a peer that will never send); idempotent.
   // Never throws: a receive MPI cannot cancel (matched to a message from a
   // peer that died while sending) is abandoned with its buffer kept.
@@ -116,7 +122,7 @@ class RecvSlots {
   // Where the last receive of the slot put its payload.
   const float* payload(int slot) const {
     const auto& s = m_slots[static_cast<std::size_t>(slot)];
-    return s.dest != nullptr ? s.dest : s.msg.payload();
+    return s.dest != nullptr ? static_cast<const float*>(s.dest) : s.msg.payload();
   }
   int source(int slot) const { return m_slots[static_cast<std::size_t>(slot)].source; }
   int size() const { return static_cast<int>(m_slots.size()); }
@@ -128,7 +134,7 @@ class RecvSlots {
     MPI_Comm comm = MPI_COMM_NULL;
     Message msg;
     bool raw = false;                       // post_payload: a payload alone
-    float* dest = nullptr;                  // its place, when not the slot's own buffer
+    void* dest = nullptr;                   // its place, when not the slot's own buffer
     std::shared_ptr<void> dest_owner = {};  // and what keeps that alive
   };
   // Gives up on slot i's receive, which MPI could not cancel: the request is

@@ -148,6 +148,9 @@ struct ComputeConfig {
 struct ExchangeConfig {
   bool pipeline = true;
   std::int64_t bucket_bytes = 262144;
+  // Element type of gradients and parameters between workers and shards
+  // (bf16: half the bytes; the shard still accumulates and applies in FP32).
+  Precision wire = Precision::kFp32;
 
   bool operator==(const ExchangeConfig&) const = default;
 };

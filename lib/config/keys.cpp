@@ -246,6 +246,13 @@ std::vector<KeySpec> make_key_specs() {
                   "layer down, until their parameters reach this many bytes (what is left at the "
                   "bottom of a shard's slice is one smaller bucket); 1: every layer its own "
                   "bucket. PyTorch DDP's bucket_cap and Horovod's fusion buffer play this part."),
+      SYNCOPT_KEY(exchange, wire, no_range(), "",
+                  "Parameter-server modes: the element type of gradients and parameters between "
+                  "workers and shards. bf16 halves their bytes (rounded to nearest even on the "
+                  "way out); the shard widens each gradient to FP32 before it accumulates and "
+                  "applies it, and keeps theta, the optimiser state and the EMA in FP32. "
+                  "Independent of compute.precision. summary.json reports the bytes moved per "
+                  "update (exchange)."),
       // [sim] (syncopt simulate and plan; training ignores it)
       SYNCOPT_KEY(sim, workers, int_from(1), "",
                   "Simulated workers K (there is no MPI world to count them); N = K - "

@@ -167,6 +167,11 @@ void check_across_keys(const Config& cfg,
         "is a built-in model, but model.layers describes one: set model.name = \"custom\" to "
         "train the layers, or remove them");
   }
+  if (cfg.exchange.wire != Precision::kFp32 && cfg.train.mode == Mode::kAllreduce) {
+    add(spec_of("exchange", "wire"),
+        "applies to the parameter-server modes; allreduce sums the gradients in FP32 (set "
+        "exchange.wire = \"fp32\", or use a parameter-server mode such as sync)");
+  }
   if (cfg.stragglers.model == StragglerModel::kTrace && cfg.stragglers.trace.empty()) {
     add(spec_of("stragglers", "model"), "needs stragglers.trace, the path of the trace to replay");
   }

@@ -102,6 +102,7 @@ struct Analyzer::State {
   std::vector<std::int64_t> drops0, drops_all, accepted0;
   std::map<std::int64_t, std::int64_t> hist_applied, hist_all;
   double staleness_sum = 0.0, staleness_max = 0.0;
+  std::uint64_t wire_bytes = 0;  // every shard's records
   std::int64_t applied = 0;
   bool track_disagreements = false;
   int record_shards = 1;
@@ -182,6 +183,7 @@ void Analyzer::add(const StepRecord& r) {
   State& st = *m;
   if (!st.any) st.clock = r.clock;
   st.any = true;
+  st.wire_bytes += r.wire_bytes;
   if (r.shard == 0) {
     if (st.shard0_steps > 0 && r.step < st.last_step) st.out_of_order = true;
     if (st.shard0_steps == 0) st.first_start = r.t_start;
@@ -316,6 +318,14 @@ RunAnalysis Analyzer::finish() {
   an.summary["test_acc_ema"] = or_null(info.test_acc_ema);
   // Which time axis the records' times are on (wall, virtual, simulated).
   an.summary["clock"] = st.any && !st.clock.empty() ? st.clock : "wall";
+  // Gradient and parameter payloads between workers and shards, per update
+  // (all shards together): null where nothing was measured (allreduce,
+  // local, a simulation) or not every shard's records were kept.
+  const bool measured = st.wire_bytes > 0 && !(info.shards > 1 && st.record_shards < 2);
+  an.summary["exchange_bytes_per_update"] =
+      measured && steps > 0 ? json(static_cast<double>(st.wire_bytes) / static_cast<double>(steps))
+                            : json(nullptr);
+  an.summary["exchange_wire"] = info.wire.empty() ? json(nullptr) : json(info.wire);
   return an;
 }
 

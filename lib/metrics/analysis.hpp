@@ -35,6 +35,8 @@ struct RunInfo {
   // forward order ("conv1..conv2"): names for staleness_by_layer (empty:
   // only bucket numbers).
   std::vector<std::vector<std::string>> bucket_layers;
+  // exchange.wire of the run ("fp32", "bf16"); "" where there is no wire.
+  std::string wire;
 };
 
 struct RunAnalysis {

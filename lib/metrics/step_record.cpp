@@ -115,6 +115,11 @@ void append_json_line(std::string& out, const StepRecord& r) {
   out += ',';
   put_key(out, "version");
   put_int(out, r.version);
+  if (r.wire_bytes > 0) {
+    out += ',';
+    put_key(out, "wire_bytes");
+    put_int(out, r.wire_bytes);
+  }
   out += "}\n";
 }
 
@@ -131,6 +136,7 @@ StepRecord step_from_json(const json& j, const std::string& origin) {
     r.used = j.value("used", 0);
     r.clock = j.value("clock", std::string());
     r.n = j.value("n", 0);
+    r.wire_bytes = j.value("wire_bytes", std::uint64_t{0});
     for (const auto& g : j.at("grads")) {
       GradRecord gr;
       gr.worker = g.at("worker").get<int>();

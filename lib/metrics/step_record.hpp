@@ -41,6 +41,10 @@ struct StepRecord {
   float loss = 0.0f;  // mean loss of the applied gradients
   int used = 0;       // gradients averaged
   int n = 0;          // train.backups = auto: the N chosen for this update (else 0)
+  // Payload bytes of gradients received and parameters sent by this shard
+  // since its previous record (exchange.wire decides 4 or 2 bytes a value);
+  // 0 and left out of the JSON where nothing was measured (the simulator).
+  std::uint64_t wire_bytes = 0;
   // The clock of t_start, t_apply and arrival_s: "" (wall, the default,
   // left out of the JSON), "virtual" (train.clock = virtual: modelled
   // finish times) or "simulated" (syncopt simulate).

@@ -10,6 +10,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/parts.hpp"
 #include "comm/protocol.hpp"
+#include "common/bf16.hpp"
 #include "common/finite.hpp"
 #include "common/signals.hpp"
 
@@ -60,6 +61,7 @@ Shard::Shard(const ShardSetup& st)
       m_reported_by(st.shard),
       m_checkpoints(st.cfg->run, *st.roles, st.clock->now()),
       m_rng(st.cfg->run.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(st.shard)) {
+  m_wire_bf16 = st.cfg->exchange.wire == config::Precision::kBf16;
   for (const auto& b : st.buckets) m_buckets.push_back({b.offset, b.count});
   if (m_buckets.empty()) m_buckets.push_back({st.slice.offset, st.slice.count});
   std::size_t largest = 0;
@@ -136,6 +138,7 @@ ShardResult Shard::run() {
     coordinate();
     // Timeout mode: an update may fall due with no message at all.
     progressed = apply_due() || progressed;
+    progressed = take_deferred_command() || progressed;
     progressed = answer_pulls() || progressed;
     progressed = serve_evaluator() || progressed;
     m_data_sends.progress();
@@ -285,11 +288,14 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
   const comm::MsgHeader& h = m.header();
   if (m_recvs.raw(w)) {
     // The payload of the GRAD whose header came last (kFlagSplit).
-    if (bytes != static_cast<int>(h.count * sizeof(float))) {
+    if (bytes != static_cast<int>(comm::payload_bytes(h))) {
       protocol_error("gradient bucket from worker rank " + std::to_string(m_roles.worker_rank(w)) +
                      " of " + std::to_string(bytes) + " bytes, its header says " +
-                     std::to_string(h.count * sizeof(float)));
+                     std::to_string(comm::payload_bytes(h)));
     }
+    m_wire_bytes += static_cast<std::uint64_t>(bytes);
+    // exchange.wire = bf16: widened before anything reads it (FP32 from here on).
+    if ((h.flags & comm::kFlagBf16) != 0) m_recvs.widen_bf16(w, h.count);
     on_gradient(w, seen);
     return;
   }
@@ -299,7 +305,8 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
           static_cast<std::uint32_t>(m_self),
           m_count,
           bytes,
-          &m_buckets});
+          &m_buckets,
+          m_wire_bf16});
   if (!err.empty()) protocol_error(err);
   const auto kind = static_cast<Kind>(h.kind);
   const auto wi = static_cast<std::size_t>(w);
@@ -332,7 +339,8 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
     }
     m_next_bucket[wi] = h.bucket == 0 ? last : h.bucket - 1;
     if ((h.flags & comm::kFlagSplit) != 0) {
-      m_recvs.post_payload(w, h.count);  // the floats follow; the header stays in the slot
+      // The values follow; the header stays in the slot.
+      m_recvs.post_payload(w, h.count, comm::element_bytes(h));
       return;
     }
     on_gradient(w, seen);
@@ -510,6 +518,11 @@ void Shard::apply_one() {
   }
   if (m_adaptive) adapt(rec);
   for (auto& c : m_current) c.reset();  // parameters changed: the next answer publishes anew
+  // Which record a message's bytes fall into depends on timing: left out
+  // under the virtual clock, whose records are the same bits however the
+  // messages were timed.
+  if (!m_core.virtual_clock()) rec.wire_bytes = m_wire_bytes - m_wire_recorded;
+  m_wire_recorded = m_wire_bytes;
   m_st.steps_log->write(rec);
   if (done_training()) finish(ExitCode::kOk, "");
   if (m_st.on_update) m_st.on_update(m_core.version(), m_examples, rec.loss);
@@ -555,12 +568,18 @@ const comm::SharedMessage& Shard::publish(int bucket) {
   auto& h = msg.header();
   h = comm::make_header(Kind::kParams, m_self, m_self, m_core.bucket_version(bucket));
   h.count = static_cast<std::uint32_t>(span.count);
-  h.flags = comm::kFlagSplit;
+  h.flags = comm::kFlagSplit | (m_wire_bf16 ? comm::kFlagBf16 : 0u);
   h.offset = static_cast<std::uint32_t>(span.offset);
   h.vtime_s = m_core.step_start();  // the virtual clock's worker starts from it
   h.bucket = static_cast<std::uint16_t>(bucket);
   h.buckets = static_cast<std::uint16_t>(m_buckets.size());
-  std::copy_n(m_params.theta() + (span.offset - m_st.slice.offset), span.count, msg.payload());
+  const float* theta = m_params.theta() + (span.offset - m_st.slice.offset);
+  if (m_wire_bf16) {
+    // Rounded to nearest even into the first half of the payload.
+    bf16::encode(theta, span.count, reinterpret_cast<std::uint16_t*>(msg.payload()));
+  } else {
+    std::copy_n(theta, span.count, msg.payload());
+  }
   m_current[b] = *free;
   return m_current[b];
 }
@@ -572,6 +591,7 @@ void Shard::send_params(int w, int bucket) {
   const auto wi = static_cast<std::size_t>(w);
   // The floats follow the header apart, so that they land in place.
   const comm::SharedMessage& msg = publish(bucket);
+  m_wire_bytes += comm::payload_bytes(msg->header());
   if (bucket == 0 && m_flag[wi] != 0) {
     // This worker saves its state before computing on these parameters:
     // its own copy of the header, flagged.
@@ -902,8 +922,25 @@ void Shard::begin_checkpoint(bool final) {
   m_stop.reset();  // a STOP built before this is not flagged
 }
 
-// Another shard: shard 0 asks for this shard's part.
+// Another shard: shard 0 asks for this shard's part. A follower that has
+// not applied that step yet (shard 0 decided it and moved on, while this
+// shard still waits for the decision or a gradient) answers once it has:
+// its part, and its final parameters, must be of the same step as shard
+// 0's. (Seen as a last update missing from shard 1's records when the
+// machine was loaded.)
 void Shard::on_checkpoint_command(const comm::MsgHeader& h) {
+  const std::uint64_t step = h.step_seq;
+  if (m_agree && step != kNoCheckpoint && m_core.version() < step) {
+    m_deferred_command = h;
+    m_deferred_since = m_st.clock->now();
+    return;
+  }
+  answer_checkpoint(h);
+}
+
+// This shard's part of checkpoint h.step_seq, SAVED to shard 0; the end
+// of this shard's training when the command is the final one.
+void Shard::answer_checkpoint(const comm::MsgHeader& h) {
   const std::uint64_t step = h.step_seq;
   if (step != kNoCheckpoint) {
     if (checkpoint::latest_step(m_st.run_dir) != step) {
@@ -918,6 +955,25 @@ void Shard::on_checkpoint_command(const comm::MsgHeader& h) {
     const auto code = static_cast<ExitCode>(h.code);
     finish(code, "shard 0 ended the run");
   }
+}
+
+// The deferred CHECKPOINT, once this shard reached its step; after
+// cluster.dead_after_s without (a worker whose gradient it waits for
+// died?) it is answered as things are, with a warning.
+bool Shard::take_deferred_command() {
+  if (!m_deferred_command) return false;
+  const comm::MsgHeader h = *m_deferred_command;
+  const bool reached = m_core.version() >= h.step_seq;
+  if (!reached) {
+    if (m_st.clock->now() - m_deferred_since < m_cfg.cluster.dead_after_s) return false;
+    spdlog::warn(
+        "shard {}: saving its part of checkpoint {} at update {}: the rest of that "
+        "update did not arrive within cluster.dead_after_s",
+        m_self, h.step_seq, m_core.version());
+  }
+  m_deferred_command.reset();
+  answer_checkpoint(h);
+  return true;
 }
 
 void Shard::on_saved(int rank, std::uint64_t step) { m_checkpoints.on_saved(rank, step); }

@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -157,6 +158,8 @@ class Shard {
   void request_stop(int sig);
   void begin_checkpoint(bool final);
   void on_checkpoint_command(const comm::MsgHeader& h);
+  void answer_checkpoint(const comm::MsgHeader& h);
+  bool take_deferred_command();
   void on_saved(int rank, std::uint64_t step);
   void commit_if_complete();
   checkpoint::State part_state() const;
@@ -197,6 +200,15 @@ class Shard {
   std::vector<int> m_next_bucket;             // per worker: the bucket it must send next
   std::vector<std::vector<float>> m_staging;  // softsync, bucketed: per worker
   comm::SharedMessage m_stop;                 // STOP, built once at the end
+  // A follower (m_agree): shard 0's CHECKPOINT for a step this shard has
+  // not applied yet (its decision or gradients still on the way), kept
+  // until it has, and since when.
+  std::optional<comm::MsgHeader> m_deferred_command;
+  double m_deferred_since = 0.0;
+  // exchange.wire = bf16: gradients and parameters travel as bf16.
+  bool m_wire_bf16 = false;
+  // Payload bytes of gradients in and parameters out, and up to the last record.
+  std::uint64_t m_wire_bytes = 0, m_wire_recorded = 0;
   std::unique_ptr<comm::Watch> m_own_watch;
   comm::Watch* m_watch = nullptr;
 

@@ -774,6 +774,7 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   info.shards = job.roles.shards;
   info.workers = job.roles.workers;
   info.batch = job.cfg.train.batch;
+  if (job.ps_mode()) info.wire = config::to_string(job.cfg.exchange.wire);
   info.wall_s = out.wall_s;
   info.examples = out.examples;
   info.epochs = static_cast<double>(out.examples) / job.plan.train_count;

@@ -21,24 +21,14 @@ namespace {
 // Keys a resumed run may change: how it is run and recorded, where the run
 // directory is, and how long it trains (with the schedule keys that depend
 // on the total), not what each step computes.
-const std::set<std::string> kResumeMayChange = {"run.resume",
-                                                "run.overwrite",
-                                                "run.dir",
-                                                "run.name",
-                                                "run.checkpoint_every_s",
-                                                "run.checkpoint_every_steps",
-                                                "run.keep_checkpoints",
-                                                "run.progress",
-                                                "run.progress_every_steps",
-                                                "run.tensorboard",
-                                                "train.steps",
-                                                "train.epochs",
-                                                "optim.anneal_epochs",
-                                                "cluster.dead_after_s",
-                                                "eval.every_steps",
-                                                "eval.every_s",
-                                                "eval.batch",
-                                                "compute.threads"};
+const std::set<std::string> kResumeMayChange = {
+    "run.resume", "run.overwrite", "run.dir", "run.name", "run.checkpoint_every_s",
+    "run.checkpoint_every_steps", "run.keep_checkpoints", "run.progress",
+    "run.progress_every_steps", "run.tensorboard", "train.steps", "train.epochs",
+    "optim.anneal_epochs", "cluster.dead_after_s", "eval.every_steps", "eval.every_s", "eval.batch",
+    "compute.threads",
+    // Checkpoints are FP32 (docs/design.md §5):
+    "compute.precision", "compute.tf32", "compute.deterministic", "exchange.wire"};
 
 // "section.key" -> "value" for every line of to_toml's text.
 std::map<std::string, std::string> key_values(const std::string& toml) {

@@ -14,6 +14,7 @@
 #include "checkpoint/parts.hpp"
 #include "comm/protocol.hpp"
 #include "comm/shard_watch.hpp"
+#include "common/bf16.hpp"
 #include "common/signals.hpp"
 #include "worker/compute_model.hpp"
 
@@ -78,6 +79,18 @@ Worker::Worker(const WorkerSetup& st)
   }
   for (std::size_t g = 0; g < m_buckets.size(); ++g)
     m_outbox.push_back(std::make_shared<Message>(0));
+  m_wire_bf16 = st.cfg->exchange.wire == config::Precision::kBf16;
+  if (m_wire_bf16) {
+    std::vector<std::size_t> largest(static_cast<std::size_t>(m_shards), 0);
+    for (const Bucket& b : m_buckets) {
+      auto& l = largest[static_cast<std::size_t>(b.shard)];
+      l = std::max(l, b.count);
+      m_wire_out.push_back(std::make_shared<std::vector<std::uint16_t>>(b.count));
+    }
+    for (const std::size_t l : largest) {
+      m_wire_in.push_back(std::make_shared<std::vector<std::uint16_t>>(l));
+    }
+  }
   m_sent.assign(m_buckets.size(), 0);
   m_vstart.assign(static_cast<std::size_t>(m_shards), 0.0);
   if (st.watch != nullptr) {
@@ -142,12 +155,16 @@ void Worker::take(int s, int bytes) {
   const auto& h = m.header();
   if (m_replies.raw(s)) {
     // The payload of the bucket whose header came last, now in place.
-    if (bytes != static_cast<int>(h.count * sizeof(float))) {
+    if (bytes != static_cast<int>(comm::payload_bytes(h))) {
       throw InternalError("worker " + std::to_string(m_st.worker) + " (rank " +
                           std::to_string(m_rank) + "): parameter bucket " +
                           std::to_string(h.bucket) + " from shard " + std::to_string(s) + " has " +
                           std::to_string(bytes) + " bytes, its header says " +
-                          std::to_string(h.count * sizeof(float)));
+                          std::to_string(comm::payload_bytes(h)));
+    }
+    if (m_wire_bf16) {
+      const Bucket& b = m_buckets[first + h.bucket];
+      bf16::decode(m_wire_in[si]->data(), b.count, m_params->data() + b.offset);
     }
     m_buckets[first + h.bucket].version = h.param_version;
     if (h.bucket == 0) m_version[si] = h.param_version;
@@ -165,7 +182,8 @@ void Worker::take(int s, int bytes) {
                                            static_cast<std::uint32_t>(s),
                                            m_st.slices[si].count,
                                            bytes,
-                                           &spans});
+                                           &spans,
+                                           m_wire_bf16});
   if (err.empty() && static_cast<Kind>(h.kind) == Kind::kParams) {
     if ((h.flags & comm::kFlagSplit) == 0) {
       err = "PARAMS from shard " + std::to_string(s) + " with its payload inline, not apart";
@@ -193,7 +211,11 @@ void Worker::take(int s, int bytes) {
   // The header is valid: its floats go straight into the parameters.
   m_vstart[si] = std::max(m_vstart[si], h.vtime_s);
   const Bucket& b = m_buckets[first + h.bucket];
-  m_replies.post_payload(s, m_params, m_params->data() + b.offset, b.count);
+  if (m_wire_bf16) {
+    m_replies.post_payload(s, m_wire_in[si], m_wire_in[si]->data(), b.count, 2);
+  } else {
+    m_replies.post_payload(s, m_params, m_params->data() + b.offset, b.count);
+  }
 }
 
 // The first message of every shard's answer: new parameters or STOP.
@@ -297,7 +319,17 @@ void Worker::send_bucket(std::size_t g) {
     m_vstart[si] = 0.0;
     post_bucket(b.shard);
   }
-  m_sends.send_split(slot, m_grad, m_grad->data() + b.offset, b.shard, comm::kTagToShard);
+  if (m_wire_bf16) {
+    // Rounded to nearest even; the previous step's send from here is done
+    // (the next backward waits for every send of the last gradient).
+    auto& wire = m_wire_out[g];
+    if (wire.use_count() > 1) throw InternalError("worker: a bf16 gradient still in flight");
+    bf16::encode(m_grad->data() + b.offset, b.count, wire->data());
+    h.flags |= comm::kFlagBf16;
+    m_sends.send_split(slot, wire, wire->data(), b.shard, comm::kTagToShard);
+  } else {
+    m_sends.send_split(slot, m_grad, m_grad->data() + b.offset, b.shard, comm::kTagToShard);
+  }
   m_sent[g] = 1;
 }
 

@@ -130,6 +130,11 @@ class Worker {
   comm::SendQueue m_sends;
   // The header of each bucket's gradient message (its payload is m_grad's).
   std::vector<comm::SharedMessage> m_outbox;
+  // exchange.wire = bf16: parameters arrive as bf16 into m_wire_in (per
+  // shard, its largest bucket) and are widened into m_params; each bucket's
+  // gradient is rounded into m_wire_out (per bucket) and sent from there.
+  bool m_wire_bf16 = false;
+  std::vector<std::shared_ptr<std::vector<std::uint16_t>>> m_wire_in, m_wire_out;
   std::unique_ptr<comm::Watch> m_own_watch;
   comm::Watch* m_watch = nullptr;
   comm::IdleBackoff m_backoff;

@@ -4,6 +4,7 @@
 // the CSV export, and results that were never evaluated.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <regex>
 
@@ -247,5 +248,39 @@ TEST_CASE("run.json records every file of a config that includes others", "[e2e]
   CHECK(l["config_files"][1]["path"] == (dir / "exp.toml").string());
   CHECK(l["config_files"][1]["text"] == read_text(dir / "exp.toml"));
   CHECK(read_jsonl(dir / "runs" / "smoke" / "steps.jsonl").size() == 3);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a run resumes in the other precision, checkpoints hold FP32", "[e2e][resume][bf16]") {
+  const auto dir = temp_dir("resume-precision");
+  const std::string base = "train " + src("configs/smoke.toml") +
+                           " --quiet --set run.dir=" + dir.string() +
+                           " --set model.name=cnn --set train.batch=16 ";
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"fp32", "bf16"},
+                                 std::pair<std::string, std::string>{"bf16", "fp32"}}) {
+    INFO(from << " -> " << to);
+    const std::string name = from + "-" + to;
+    const Result first = run(base + "--set run.name=" + name + " --set train.steps=6 " +
+                             "--set compute.precision=" + from);
+    INFO(first.output);
+    REQUIRE(first.code == 0);
+    const Result resumed = run(base + "--set run.name=" + name + " --set train.steps=10 " +
+                               "--set compute.precision=" + to + " --set run.resume=true");
+    INFO(resumed.output);
+    REQUIRE(resumed.code == 0);
+    const auto steps = read_jsonl(dir / name / "steps.jsonl");
+    REQUIRE(steps.size() == 10);
+    CHECK(steps.back()["step"] == 10);
+    const json doc = json::parse(read_text(dir / name / "run.json"));
+    REQUIRE(doc["launches"].size() == 2);
+    const auto& changed = doc["launches"][1]["changed"];
+    INFO(changed.dump());
+    CHECK(changed.dump().find("compute.precision") != std::string::npos);
+    // The resumed steps trained on from the checkpoint (a loss near the
+    // last one, not a fresh start's).
+    const double before = steps[5]["loss"].get<double>();
+    const double after = steps[6]["loss"].get<double>();
+    CHECK(std::abs(after - before) < 0.5 * before);
+  }
   fs::remove_all(dir);
 }

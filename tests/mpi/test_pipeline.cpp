@@ -6,6 +6,8 @@
 // mpirun is bounded by a timeout.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -201,5 +203,66 @@ TEST_CASE("dry-run prints every shard's layers, bytes and buckets", "[mpi][pipel
   CHECK(bad.code == 78);
   CHECK(bad.output.find("cluster.ps = 2 shards, but the model has 1 layer(s)") !=
         std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("exchange.wire = bf16 halves the bytes of every update, the shard stays FP32",
+          "[mpi][pipeline][bf16]") {
+  const auto dir = temp_dir("wire-bf16");
+  // Sync, b = 0, two workers, one shard: per update the shard takes two
+  // gradients and sends two answers of P values (the first pull's answer
+  // counts into update 1, the last update's answer is STOP), so 4 P values
+  // an update: 16 P bytes in FP32, 8 P in bf16. Two shards: the same in all.
+  const std::string common =
+      "--set train.mode=sync --set train.backups=0 --set train.steps=12 --set optim.lr=0.01 ";
+  for (const std::string ps : {"1", "2"}) {
+    INFO("cluster.ps = " << ps);
+    const std::string extra = common + "--set cluster.ps=" + ps + " ";
+    const Result fp = run_mpi(2 + std::stoi(ps), job(dir, "fp32-" + ps, true, extra, true));
+    INFO(fp.output);
+    REQUIRE(fp.code == 0);
+    const Result bf = run_mpi(
+        2 + std::stoi(ps), job(dir, "bf16-" + ps, true, extra + "--set exchange.wire=bf16", true));
+    INFO(bf.output);
+    REQUIRE(bf.code == 0);
+    const auto theta = read_floats(dir / ("bf16-" + ps) / "params.f32");
+    const double p = static_cast<double>(theta.size());
+    const auto summary = [&](const std::string& name) {
+      return nlohmann::json::parse(read_text(dir / name / "summary.json"));
+    };
+    const auto s_fp = summary("fp32-" + ps), s_bf = summary("bf16-" + ps);
+    CHECK(s_fp["exchange_wire"] == "fp32");
+    CHECK(s_bf["exchange_wire"] == "bf16");
+    CHECK(s_fp["exchange_bytes_per_update"].get<double>() == 16.0 * p);
+    CHECK(s_bf["exchange_bytes_per_update"].get<double>() == 8.0 * p);
+    // Every shard's record says what it moved.
+    std::uint64_t records = 0;
+    for (const auto& rec : read_jsonl(dir / ("bf16-" + ps) / "steps.jsonl")) {
+      CHECK(rec["wire_bytes"].get<std::uint64_t>() > 0);
+      ++records;
+    }
+    CHECK(records == 12u * static_cast<std::uint64_t>(std::stoi(ps)));
+    // The master weights stay FP32: most of theta is not a bf16 value.
+    std::size_t wide = 0;
+    for (const float v : theta) {
+      std::uint32_t u;
+      std::memcpy(&u, &v, sizeof u);
+      wide += (u & 0xffffu) != 0 ? 1 : 0;
+    }
+    CHECK(wide > theta.size() / 2);
+    // bf16 parameters and gradients change the bits but not the training.
+    const auto losses = [&](const std::string& name) {
+      std::vector<double> out;
+      for (const auto& rec : read_jsonl(dir / name / "steps.jsonl")) {
+        if (rec["shard"].get<int>() == 0) out.push_back(rec["loss"].get<double>());
+      }
+      return out;
+    };
+    const auto l_fp = losses("fp32-" + ps), l_bf = losses("bf16-" + ps);
+    REQUIRE(l_fp.size() == l_bf.size());
+    CHECK(l_fp != l_bf);
+    for (std::size_t i = 0; i < l_fp.size(); ++i)
+      CHECK(std::abs(l_bf[i] - l_fp[i]) < 0.01 * l_fp[i]);
+  }
   fs::remove_all(dir);
 }

@@ -156,6 +156,31 @@ TEST_CASE("header validation names the sender and the fault", "[ps][protocol]") 
   CHECK(comm::check_header(h, short_msg).find("shorter than") != std::string::npos);
 }
 
+TEST_CASE("header validation: the wire's element type is the receiver's (exchange.wire)",
+          "[ps][protocol][bf16]") {
+  comm::MsgHeader h = comm::make_header(comm::Kind::kGrad, 3, 1, 0);
+  h.count = 8;
+  h.flags = comm::kFlagSplit;
+  const int header_only = comm::Message::wire_bytes(0);
+  const comm::Expect fp32{3, {comm::Kind::kGrad}, 1, 8, header_only};
+  comm::Expect bf16 = fp32;
+  bf16.bf16 = true;
+  CHECK(comm::check_header(h, fp32).empty());
+  CHECK(comm::check_header(h, bf16).find("carries fp32 elements, this rank expects bf16") !=
+        std::string::npos);
+  h.flags |= comm::kFlagBf16;
+  CHECK(comm::check_header(h, bf16).empty());
+  CHECK(comm::check_header(h, fp32).find("carries bf16 elements, this rank expects fp32") !=
+        std::string::npos);
+  CHECK(comm::element_bytes(h) == 2);
+  CHECK(comm::payload_bytes(h) == 16);
+  // bf16 only as a split payload: inline, the byte count would not say.
+  h.flags = comm::kFlagBf16;
+  const comm::Expect inline_bf16{
+      3, {comm::Kind::kGrad}, 1, 8, comm::Message::wire_bytes(8), nullptr, true};
+  CHECK(comm::check_header(h, inline_bf16).find("only a split payload may") != std::string::npos);
+}
+
 TEST_CASE("ssp answers a worker iff its clock is within the bound of the slowest", "[ps][ssp]") {
   // K = 3, s = 1: a worker that has pushed c_w gradients gets new parameters
   // iff c_w - min_v c_v <= 1 (Ho et al.'s SSP clock bound).
