@@ -438,6 +438,10 @@ bool Shard::apply_due() {
   return applied;
 }
 
+// One update of the gradients the core chose (async and ssp with buckets:
+// already applied on arrival, bucket by bucket): the mean, the optimiser
+// and the answers, bucket by bucket (apply_buckets), then the record
+// (record_update).
 void Shard::apply_one() {
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
   metrics::StepRecord rec = m_core.begin_apply(m_st.clock->now());
@@ -445,59 +449,90 @@ void Shard::apply_one() {
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) *
                                      m_roles.rule.lr_multiplier(rec.used));
   if (m_agree && m_self == 0) send_decision(rec);
-  const auto diverged = [&](const std::string& what) {
-    m_core.end_apply();
-    // Nothing non-finite is applied or saved: the last checkpoint stays.
-    finish(ExitCode::kInternal,
-           "training diverged at update " + std::to_string(rec.step) + ", shard " +
-               std::to_string(m_self) + ": " + what + " (lr " + std::to_string(lr) +
-               "); nothing non-finite was applied or saved, the last checkpoint is kept. Lower "
-               "optim.lr (asynchronous modes need a smaller one than sync: each update is one "
-               "worker's batch, and stale)");
-  };
-  if (!std::isfinite(rec.loss)) return diverged("the mean loss is " + std::to_string(rec.loss));
+  if (!std::isfinite(rec.loss)) {
+    return diverged(rec, lr, "the mean loss is " + std::to_string(rec.loss));
+  }
   const std::uint64_t examples = m_examples + static_cast<std::uint64_t>(rec.used) *
                                                   static_cast<std::uint64_t>(m_cfg.train.batch);
   if (m_per_bucket) {
     m_core.end_apply();
     m_params.end_update();  // every bucket was applied on arrival
-  } else {
-    // Bucket by bucket in forward order: the mean, the optimiser, and the
-    // bucket's new parameters at once to the workers waiting for this
-    // version (not after the last update: those get STOP), so that their
-    // forward starts while the layers above are still being updated.
-    // Element-wise, so the same bits as one pass.
-    std::vector<int> answer;
-    if (m_buckets.size() > 1 && !would_finish(examples, m_core.version())) {
-      for (int w = 0; w < m_workers; ++w) {
-        const Pending& p = m_pending[static_cast<std::size_t>(w)];
-        if (p.waiting && !m_roster.is_lost(w) && m_core.may_answer(w, p.version)) {
-          answer.push_back(w);
-        }
-      }
-    }
-    for (auto& c : m_current) c.reset();  // parameters change: answers publish anew
-    for (std::size_t b = 0; b < m_buckets.size(); ++b) {
-      const std::size_t at = m_buckets[b].offset - m_st.slice.offset;
-      if (!m_core.average(m_mean.data(), at, m_buckets[b].count)) {
-        // The buckets before this one are applied (and on their way to
-        // the workers above, which get STOP next).
-        return diverged("the mean gradient of " + std::to_string(m_buckets[b].count) +
-                        " parameters from " + std::to_string(m_buckets[b].offset) +
-                        " is not finite");
-      }
-      m_params.apply_range(at, m_buckets[b].count, m_mean.data() + at, lr);
-      for (const int w : answer) send_params(w, static_cast<int>(b));
-    }
-    m_core.end_apply();
-    m_params.end_update();
-    for (const int w : answer) {
-      m_pending[static_cast<std::size_t>(w)].waiting = false;
-      m_flag[static_cast<std::size_t>(w)] = 0;
-      m_core.answered(w);  // the virtual clock's worker computes again from here
-    }
+  } else if (!apply_buckets(rec, lr, would_finish(examples, m_core.version()))) {
+    return;
   }
   m_examples = examples;
+  record_update(rec, lr);
+}
+
+// The update ends here without touching what is left: nothing non-finite
+// is applied or saved, the last checkpoint stays.
+void Shard::diverged(const metrics::StepRecord& rec, float lr, const std::string& what) {
+  m_core.end_apply();
+  finish(ExitCode::kInternal,
+         "training diverged at update " + std::to_string(rec.step) + ", shard " +
+             std::to_string(m_self) + ": " + what + " (lr " + std::to_string(lr) +
+             "); nothing non-finite was applied or saved, the last checkpoint is kept. Lower "
+             "optim.lr (asynchronous modes need a smaller one than sync: each update is one "
+             "worker's batch, and stale)");
+}
+
+// Bucket by bucket in forward order: the mean, the optimiser, and the
+// bucket's new parameters at once to the workers waiting for this version
+// (not after the last update, `last`: those get STOP), so that their
+// forward starts while the layers above are still being updated.
+// Element-wise, so the same bits as one pass. False: a bucket's mean was
+// not finite and the update ended there (diverged).
+bool Shard::apply_buckets(const metrics::StepRecord& rec, float lr, bool last) {
+  const std::vector<int> answer = m_buckets.size() > 1 && !last ? answerable() : std::vector<int>{};
+  for (auto& c : m_current) c.reset();  // parameters change: answers publish anew
+  for (std::size_t b = 0; b < m_buckets.size(); ++b) {
+    if (!mean_of_bucket(b)) {
+      // The buckets before this one are applied (and on their way to the
+      // workers above, which get STOP next).
+      diverged(rec, lr,
+               "the mean gradient of " + std::to_string(m_buckets[b].count) + " parameters from " +
+                   std::to_string(m_buckets[b].offset) + " is not finite");
+      return false;
+    }
+    optimise_bucket(b, lr);
+    for (const int w : answer) send_params(w, static_cast<int>(b));
+  }
+  m_core.end_apply();
+  m_params.end_update();
+  for (const int w : answer) {
+    m_pending[static_cast<std::size_t>(w)].waiting = false;
+    m_flag[static_cast<std::size_t>(w)] = 0;
+    m_core.answered(w);  // the virtual clock's worker computes again from here
+  }
+  return true;
+}
+
+// The workers whose request the version being applied answers.
+std::vector<int> Shard::answerable() const {
+  std::vector<int> answer;
+  for (int w = 0; w < m_workers; ++w) {
+    const Pending& p = m_pending[static_cast<std::size_t>(w)];
+    if (p.waiting && !m_roster.is_lost(w) && m_core.may_answer(w, p.version)) answer.push_back(w);
+  }
+  return answer;
+}
+
+// Bucket b's mean gradient into m_mean (its place in the slice); false
+// when it is not finite.
+bool Shard::mean_of_bucket(std::size_t b) {
+  const std::size_t at = m_buckets[b].offset - m_st.slice.offset;
+  return m_core.average(m_mean.data(), at, m_buckets[b].count);
+}
+
+// The optimiser on bucket b, from its mean in m_mean.
+void Shard::optimise_bucket(std::size_t b, float lr) {
+  const std::size_t at = m_buckets[b].offset - m_st.slice.offset;
+  m_params.apply_range(at, m_buckets[b].count, m_mean.data() + at, lr);
+}
+
+// After an update is applied: its step record, adaptive b, the end of
+// training, the progress line and evaluation in place.
+void Shard::record_update(metrics::StepRecord& rec, float lr) {
   rec.shard = m_self;
   rec.lr = lr;
   if (!m_core.virtual_clock()) {

@@ -134,6 +134,12 @@ class Shard {
   void on_peer_message(int slot, int bytes);
   bool apply_due();
   void apply_one();
+  void diverged(const metrics::StepRecord& rec, float lr, const std::string& what);
+  bool apply_buckets(const metrics::StepRecord& rec, float lr, bool last);
+  std::vector<int> answerable() const;
+  bool mean_of_bucket(std::size_t b);
+  void optimise_bucket(std::size_t b, float lr);
+  void record_update(metrics::StepRecord& rec, float lr);
   void adapt(const metrics::StepRecord& rec);
   bool answer_pulls();
   void send_params(int w, int bucket);
