@@ -39,6 +39,8 @@ Shard::Shard(const ShardSetup& st)
               st.cfg->train.clock != config::Clock::kVirtual && st.cfg->train.agree_shards),
       m_per_bucket(st.buckets.size() > 1 && (st.roles->mode == config::Mode::kAsync ||
                                              st.roles->mode == config::Mode::kSsp)),
+      m_param_order(layout::BucketFlow::kParams,
+                    static_cast<int>(std::max<std::size_t>(1, st.buckets.size()))),
       m_core(st.roles->mode, st.roles->workers, st.roles->rule.n, st.slice.count,
              st.cfg->train.timeout_ms / 1000.0, st.cfg->train.ssp_bound),
       m_params(optim::optimizer_options(st.cfg->optim), st.cfg->optim.ema, st.initial,
@@ -75,7 +77,9 @@ Shard::Shard(const ShardSetup& st)
   const auto n_buckets = m_buckets.size();
   m_snapshots.resize(n_buckets);
   m_current.resize(n_buckets);
-  m_next_bucket.assign(static_cast<std::size_t>(m_workers), static_cast<int>(n_buckets) - 1);
+  m_grad_order.assign(
+      static_cast<std::size_t>(m_workers),
+      layout::BucketSequence(layout::BucketFlow::kGradient, static_cast<int>(n_buckets)));
   if (m_per_bucket) m_core.use_buckets(static_cast<int>(n_buckets));
   if (n_buckets > 1 && !m_per_bucket && m_core.slot(0) == nullptr) {
     m_staging.assign(static_cast<std::size_t>(m_workers), std::vector<float>(m_count));
@@ -151,9 +155,8 @@ ShardResult Shard::run() {
       if (deadline >= 0.0) limit = std::min(limit, deadline);
       // A gradient half in: its bucket 0 is on its way and an update may
       // hang on it, so look again soon rather than after a long sleep.
-      const int last = static_cast<int>(m_buckets.size()) - 1;
-      if (std::any_of(m_next_bucket.begin(), m_next_bucket.end(),
-                      [&](int b) { return b != last; })) {
+      if (std::any_of(m_grad_order.begin(), m_grad_order.end(),
+                      [](const layout::BucketSequence& q) { return q.partial(); })) {
         limit = std::min(limit, kPartialPollS);
       }
       m_backoff.idle(limit);
@@ -319,18 +322,17 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
   }
   if (kind == Kind::kGrad) {
     // A gradient's buckets come top layer first, bucket 0 last.
-    const int last = static_cast<int>(m_buckets.size()) - 1;
-    if (h.bucket != m_next_bucket[wi]) {
+    layout::BucketSequence& order = m_grad_order[wi];
+    if (h.bucket != order.next()) {
       protocol_error("gradient bucket " + std::to_string(h.bucket) + " from worker rank " +
                      std::to_string(m_roles.worker_rank(w)) + ", expected bucket " +
-                     std::to_string(m_next_bucket[wi]) + " (buckets go from " +
-                     std::to_string(last) + " down to 0)");
+                     std::to_string(order.next()) + " (" + order.rule() + ")");
     }
-    if (h.bucket == 0 && m_pending[wi].waiting) {
+    if (h.bucket == order.last() && m_pending[wi].waiting) {
       protocol_error("second request from worker rank " + std::to_string(m_roles.worker_rank(w)) +
                      " before its previous one was answered");
     }
-    m_next_bucket[wi] = h.bucket == 0 ? last : h.bucket - 1;
+    order.take(h.bucket);
     if ((h.flags & comm::kFlagSplit) != 0) {
       m_recvs.post_payload(w, h.count);  // the floats follow; the header stays in the slot
       return;
@@ -359,7 +361,7 @@ void Shard::on_gradient(int w, double seen) {
   } else if (m_buckets.size() > 1) {
     stage(w, h, data);
   }
-  if (h.bucket != 0) {
+  if (!m_grad_order[wi].complete()) {
     m_recvs.post(w);
     return;
   }
@@ -485,7 +487,8 @@ void Shard::diverged(const metrics::StepRecord& rec, float lr, const std::string
 bool Shard::apply_buckets(const metrics::StepRecord& rec, float lr, bool last) {
   const std::vector<int> answer = m_buckets.size() > 1 && !last ? answerable() : std::vector<int>{};
   for (auto& c : m_current) c.reset();  // parameters change: answers publish anew
-  for (std::size_t b = 0; b < m_buckets.size(); ++b) {
+  for (const int j : m_param_order.order()) {
+    const auto b = static_cast<std::size_t>(j);
     if (!mean_of_bucket(b)) {
       // The buckets before this one are applied (and on their way to the
       // workers above, which get STOP next).
@@ -495,7 +498,7 @@ bool Shard::apply_buckets(const metrics::StepRecord& rec, float lr, bool last) {
       return false;
     }
     optimise_bucket(b, lr);
-    for (const int w : answer) send_params(w, static_cast<int>(b));
+    for (const int w : answer) send_params(w, j);
   }
   m_core.end_apply();
   m_params.end_update();
@@ -642,7 +645,7 @@ bool Shard::answer_pulls() {
       }
       m_data_sends.send(m_stop, rank, comm::kTagToWorker);
     } else {
-      for (std::size_t b = 0; b < m_buckets.size(); ++b) send_params(w, static_cast<int>(b));
+      for (const int b : m_param_order.order()) send_params(w, b);
       m_flag[wi] = 0;
     }
     p.waiting = false;
@@ -808,7 +811,7 @@ void Shard::lose_worker(int w, double now) {
   m_pending[wi].waiting = false;
   m_flag[wi] = 0;
   // A gradient it was sending will not be completed.
-  m_next_bucket[wi] = static_cast<int>(m_buckets.size()) - 1;
+  m_grad_order[wi].reset();
   m_core.retire(w);
   m_recvs.cancel(w);
   m_data_sends.cancel_to(rank);

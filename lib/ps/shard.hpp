@@ -43,6 +43,7 @@
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "config/config.hpp"
+#include "layout/bucket_sequence.hpp"
 #include "layout/roles.hpp"
 #include "metrics/records.hpp"
 #include "metrics/step_record.hpp"
@@ -180,6 +181,9 @@ class Shard {
   std::vector<comm::BucketSpan> m_buckets;  // of the slice (offsets into the flat vector)
   // Async and ssp with several buckets: each applied on arrival.
   const bool m_per_bucket;
+  // Parameters go out bucket 0 first, in forward order; the update is
+  // applied in the same order, each bucket sent as soon as it is.
+  const layout::BucketSequence m_param_order;
 
   ShardCore m_core;
   // train.backups = auto: the N of the next update (shard 0; every shard
@@ -200,9 +204,9 @@ class Shard {
   // the snapshot of the current version (if published).
   std::vector<std::vector<comm::SharedMessage>> m_snapshots;
   std::vector<comm::SharedMessage> m_current;
-  std::vector<int> m_next_bucket;             // per worker: the bucket it must send next
-  std::vector<std::vector<float>> m_staging;  // softsync, bucketed: per worker
-  comm::SharedMessage m_stop;                 // STOP, built once at the end
+  std::vector<layout::BucketSequence> m_grad_order;  // per worker: its gradient's buckets
+  std::vector<std::vector<float>> m_staging;         // softsync, bucketed: per worker
+  comm::SharedMessage m_stop;                        // STOP, built once at the end
   std::unique_ptr<comm::Watch> m_own_watch;
   comm::Watch* m_watch = nullptr;
 
