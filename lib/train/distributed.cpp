@@ -625,63 +625,13 @@ void record_failure(Job& job, const Outcome& outcome) {
 
 // ---------------------------------------------------------------- 6. the end
 
-// Polls `slots` until every posted one completed or `limit_s` passed; the
-// ones left are cancelled. Returns whether all completed.
-bool receive_all(comm::RecvSlots& slots, double limit_s) {
-  const RunClock clock;
-  comm::IdleBackoff backoff;
-  while (slots.any_active()) {
-    if (!slots.test().empty()) continue;
-    if (clock.now() > limit_s) {
-      for (int i = 0; i < slots.size(); ++i) slots.cancel(i);
-      return false;
-    }
-    backoff.idle(0.01);
-  }
-  return true;
-}
-
-// Text sent to rank 0 by another shard (its step records); nullopt if none
-// came within `limit_s`.
-std::optional<std::string> receive_text(int from, MPI_Comm comm, double limit_s) {
-  const RunClock clock;
-  comm::IdleBackoff backoff;
-  for (;;) {
-    int flag = 0;
-    MPI_Status st;
-    SYNCOPT_CHECK_MPI(MPI_Iprobe(from, comm::kTagRecords, comm, &flag, &st));
-    if (flag) {
-      int n = 0;
-      SYNCOPT_CHECK_MPI(MPI_Get_count(&st, MPI_CHAR, &n));
-      std::string text(static_cast<std::size_t>(n), '\0');
-      SYNCOPT_CHECK_MPI(
-          MPI_Recv(text.data(), n, MPI_CHAR, from, comm::kTagRecords, comm, MPI_STATUS_IGNORE));
-      return text;
-    }
-    if (clock.now() > limit_s) return std::nullopt;
-    backoff.idle(0.01);
-  }
-}
-
 // Sends `text` to `to` (rank 0: another shard's records), waiting at most
-// `limit_s` for it to be taken.
+// `limit_s` for it to be taken. Its own queue owns the copy sent: if rank 0
+// is gone, the send is cancelled or its buffer kept until MPI_Finalize.
 void send_text(const std::string& text, int to, MPI_Comm comm, double limit_s) {
-  auto buffer = std::make_unique<std::string>(text);
-  MPI_Request req = MPI_REQUEST_NULL;
-  SYNCOPT_CHECK_MPI(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()), MPI_CHAR, to,
-                              comm::kTagRecords, comm, &req));
-  const RunClock clock;
-  comm::IdleBackoff backoff;
-  for (;;) {
-    int done = 0;
-    SYNCOPT_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (clock.now() > limit_s) break;
-    backoff.idle(0.01);
-  }
-  // Rank 0 is gone: the buffer must outlive MPI's hold on it.
-  (void)MPI_Cancel(&req);
-  (void)buffer.release();  // NOLINT: deliberate leak, as in comm/requests.hpp
+  comm::SendQueue records(comm);
+  records.send_text(text, to, comm::kTagRecords);
+  if (records.drain(limit_s)) return;
   spdlog::error("the step records of this shard were not taken by rank 0 within {}s", limit_s);
 }
 
@@ -727,7 +677,7 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, d
       std::copy(out.ema.begin(), out.ema.end(),
                 ema.begin() + static_cast<std::ptrdiff_t>(sl.offset));
     }
-    if (!receive_all(slots, limit_s)) {
+    if (!slots.wait_all(limit_s)) {
       spdlog::error("the final parameters of some shard did not arrive: no final evaluation");
       return {};
     }
@@ -760,7 +710,7 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, d
 std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe, double limit_s) {
   for (int s = 1; s < job.roles.shards; ++s) {
     if (gone(job, out, s)) continue;
-    if (const auto text = receive_text(s, job.ctrl(), limit_s)) {
+    if (const auto text = comm::receive_text(s, comm::kTagRecords, job.ctrl(), limit_s)) {
       if (!text->empty()) job.steps->append_lines(*text);
     } else {
       spdlog::error("the step records of shard {} did not arrive", s);
@@ -888,7 +838,7 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
     if (!writer_alive) {
       spdlog::warn("no final evaluation: the evaluator ({}) is dead",
                    comm::describe_rank(job.peers, job.eval_writer));
-    } else if (slots.post(0), receive_all(slots, limit_s)) {
+    } else if (slots.post(0), slots.wait_all(limit_s)) {
       const auto& m = slots.message(0);
       const float* v = m.payload();
       fe = {m.header().flags != 0, {v[0], v[1]}, {v[2], v[3]}};
