@@ -111,7 +111,7 @@ def latest_checkpoint(path):
 
 
 def run_status(run):
-    """(status, why) of a run, as `syncopt report` says it (lib/train/run_meta.cpp):
+    """(status, why) of a run, as `syncopt report` says it (lib/rundir/meta.cpp):
     completed | stopped | failed from summary.json; without one, running |
     paused | killed when rank 0 ran on this host (run.json names its host and
     pid), else unknown."""

@@ -24,10 +24,10 @@ const char* const kVersion = SYNCOPT_VERSION;
 const char* const kGitCommit = SYNCOPT_GIT_COMMIT;
 const bool kGitDirty = SYNCOPT_GIT_DIRTY;
 
-syncopt::train::Invocation make_invocation(const std::vector<std::string>& argv,
-                                           const std::string& config_path,
-                                           const std::vector<std::string>& overrides) {
-  syncopt::train::Invocation inv;
+syncopt::rundir::Invocation make_invocation(const std::vector<std::string>& argv,
+                                            const std::string& config_path,
+                                            const std::vector<std::string>& overrides) {
+  syncopt::rundir::Invocation inv;
   inv.argv = argv;
   inv.config_path = config_path;
   // The config and every file it includes, base first, absolute.
@@ -42,7 +42,7 @@ syncopt::train::Invocation make_invocation(const std::vector<std::string>& argv,
   inv.git_dirty = kGitDirty;
   // Wrapper scripts name the launch, to find its outcome afterwards.
   const char* id = std::getenv("SYNCOPT_LAUNCH_ID");
-  inv.launch_id = id != nullptr && *id != '\0' ? id : syncopt::train::new_id();
+  inv.launch_id = id != nullptr && *id != '\0' ? id : syncopt::rundir::new_id();
   return inv;
 }
 

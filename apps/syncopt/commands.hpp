@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "comm/mpi.hpp"
-#include "train/run_meta.hpp"
+#include "rundir/meta.hpp"
 
 namespace syncopt::app {
 
@@ -25,9 +25,9 @@ extern const char* const kGitCommit;
 extern const bool kGitDirty;
 
 // The command line and the build, as run.json records them.
-train::Invocation make_invocation(const std::vector<std::string>& argv,
-                                  const std::string& config_path,
-                                  const std::vector<std::string>& overrides);
+rundir::Invocation make_invocation(const std::vector<std::string>& argv,
+                                   const std::string& config_path,
+                                   const std::vector<std::string>& overrides);
 extern const char* const kExitCodes;
 
 // `--set section.key=value` on `cmd`, into `overrides`: repeatable, one value

@@ -15,7 +15,7 @@
 #include "config/config.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/export.hpp"
-#include "train/run_meta.hpp"
+#include "rundir/meta.hpp"
 
 namespace syncopt::app {
 
@@ -87,7 +87,7 @@ int run_report(const std::string& dir) {
                             "' holds no records (no summary.json, no steps.jsonl): give a run "
                             "directory, e.g. runs/<name>");
   }
-  const train::RunState status = train::run_status(run);
+  const rundir::RunState status = rundir::run_status(run);
   const bool torn_ok = !status.complete();
   const bool has_steps = std::filesystem::exists(run / "steps.jsonl");
   const auto evals = std::filesystem::exists(run / "eval.jsonl")
@@ -112,7 +112,7 @@ int run_report(const std::string& dir) {
   } else {
     const auto steps = has_steps ? metrics::read_steps(run / "steps.jsonl", torn_ok)
                                  : std::vector<metrics::StepRecord>{};
-    an = metrics::analyze(steps, train::partial_run_info(run, steps, evals));
+    an = metrics::analyze(steps, rundir::partial_run_info(run, steps, evals));
   }
   const std::string why = status.complete() ? "" : status.status + ": " + status.why;
   std::printf("run %s\n%s", dir.c_str(), metrics::format_report(an, evals, why).c_str());
@@ -124,7 +124,7 @@ int run_export(const std::string& dir, const std::string& out) {
   using namespace syncopt;
   const std::filesystem::path run(dir);
   const std::filesystem::path to = out.empty() ? run / "csv" : std::filesystem::path(out);
-  const train::RunState status = train::run_status(run);
+  const rundir::RunState status = rundir::run_status(run);
   if (!status.complete()) {
     std::fprintf(stderr, "syncopt export: %s is incomplete (%s): %s\n", dir.c_str(),
                  status.status.c_str(), status.why.c_str());

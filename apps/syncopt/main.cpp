@@ -18,7 +18,7 @@
 #include "common/error.hpp"
 #include "common/signals.hpp"
 #include "common/suggest.hpp"
-#include "train/ending.hpp"
+#include "rundir/ending.hpp"
 
 using namespace syncopt::app;
 
@@ -60,9 +60,9 @@ std::string unknown_subcommand(const CLI::App& app, int argc, char** argv) {
 
 // An error before the run directory could record it (a config that every
 // rank refused, a failure of rank 0 outside a run): the outcome file of a
-// wrapper script still gets it (train/ending.hpp).
+// wrapper script still gets it (rundir/ending.hpp).
 void record_outcome(const syncopt::Error& e) {
-  syncopt::train::write_outcome_file(syncopt::train::Outcome::failed(e), "", "");
+  syncopt::rundir::write_outcome_file(syncopt::rundir::Outcome::failed(e), "", "");
 }
 
 // The command line: CLI11's parser, every subcommand's arguments, and the

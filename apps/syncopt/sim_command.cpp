@@ -21,10 +21,10 @@
 #include "nn/graph.hpp"
 #include "plan/planner.hpp"
 #include "plan/sources.hpp"
+#include "rundir/meta.hpp"
 #include "sim/fit.hpp"
 #include "sim/run.hpp"
 #include "train/inputs.hpp"
-#include "train/run_meta.hpp"
 
 namespace syncopt::app {
 
@@ -105,10 +105,10 @@ int run_simulate(const SimulateArgs& args) {
   opt.param_count = graph.layout.count;
   opt.layers = layer_costs(graph);
   if (!args.from.empty()) opt.from = args.from;
-  const std::string start = train::utc_now();
+  const std::string start = rundir::utc_now();
   const sim::SimulateOutcome out = sim::simulate_run(cfg, opt);
   // run.json like a real run's: one process, the simulated layout.
-  train::LaunchFacts facts;
+  rundir::LaunchFacts facts;
   facts.process_role = "simulator";
   try {
     facts.roles = layout::make_roles(
@@ -116,10 +116,10 @@ int run_simulate(const SimulateArgs& args) {
   } catch (const Error&) {
     facts.roles = layout::Roles{};  // a mode the layout does not place: no layout recorded
   }
-  train::RunJournal journal(out.run_dir, cfg.run.name,
-                            make_invocation(args.argv, args.config_path, args.overrides), facts,
-                            false, start);
-  journal.finish(train::Outcome{});
+  rundir::RunJournal journal(out.run_dir, cfg.run.name,
+                             make_invocation(args.argv, args.config_path, args.overrides), facts,
+                             false, start);
+  journal.finish(rundir::Outcome{});
   if (!args.quiet) {
     std::printf("simulated %llu updates (%.3f s simulated) of %d workers in %.2f s: %llu events\n",
                 static_cast<unsigned long long>(out.result.steps), out.result.end_s,

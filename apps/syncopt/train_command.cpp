@@ -19,11 +19,11 @@
 #include "nn/graph.hpp"
 #include "nn/model.hpp"
 #include "platform.hpp"
+#include "rundir/meta.hpp"
+#include "rundir/open.hpp"
 #include "train/distributed.hpp"
 #include "train/inputs.hpp"
 #include "train/local.hpp"
-#include "train/run_dir.hpp"
-#include "train/run_meta.hpp"
 
 namespace syncopt::app {
 
@@ -208,9 +208,9 @@ Job load_job(const TrainArgs& args, const syncopt::comm::MpiSession& mpi) {
 // (<name>-2, ...); rank 0 picks it, so that every rank agrees. With --set
 // run.resume=true it resumes that directory, where it is.
 void name_the_run(const TrainArgs& args, const syncopt::comm::MpiSession& mpi,
-                  syncopt::config::Config& cfg, syncopt::train::Invocation& inv) {
+                  syncopt::config::Config& cfg, syncopt::rundir::Invocation& inv) {
   using namespace syncopt;
-  if (train::resume_in_place(cfg, args.config_path, args.overrides) && mpi.rank() == 0) {
+  if (rundir::resume_in_place(cfg, args.config_path, args.overrides) && mpi.rank() == 0) {
     std::fprintf(stderr, "syncopt: resuming the run in %s (the directory of %s)\n",
                  (std::filesystem::path(cfg.run.dir) / cfg.run.name).string().c_str(),
                  args.config_path.c_str());
@@ -218,7 +218,7 @@ void name_the_run(const TrainArgs& args, const syncopt::comm::MpiSession& mpi,
   if (cfg.run.resume) return;
   std::string again;
   comm::agree(MPI_COMM_WORLD, [&] {
-    if (mpi.rank() == 0) again = train::repeat_name(args.config_path, cfg.run.dir, cfg.run.name);
+    if (mpi.rank() == 0) again = rundir::repeat_name(args.config_path, cfg.run.dir, cfg.run.name);
   });
   again = broadcast_text(again);
   if (again.empty()) return;
@@ -231,7 +231,7 @@ void name_the_run(const TrainArgs& args, const syncopt::comm::MpiSession& mpi,
 }
 
 // A stopped run says how to continue it.
-void print_how_to_resume(const syncopt::train::Outcome& outcome,
+void print_how_to_resume(const syncopt::rundir::Outcome& outcome,
                          const std::filesystem::path& run_dir) {
   if (outcome.status() != syncopt::RunStatus::kStopped) return;
   std::printf(
@@ -241,7 +241,7 @@ void print_how_to_resume(const syncopt::train::Outcome& outcome,
 }
 
 // A world of one rank: the local trainer, and its summary.
-int train_alone(const TrainArgs& args, const Job& job, const syncopt::train::Invocation& inv) {
+int train_alone(const TrainArgs& args, const Job& job, const syncopt::rundir::Invocation& inv) {
   using namespace syncopt;
   // A config that asks for parameter servers and workers started without
   // MPI would train something else (one process, no backups, no
@@ -272,7 +272,7 @@ int train_alone(const TrainArgs& args, const Job& job, const syncopt::train::Inv
 }
 
 // Every rank in its role; rank 0 prints the report.
-int train_distributed(const TrainArgs& args, const Job& job, const syncopt::train::Invocation& inv,
+int train_distributed(const TrainArgs& args, const Job& job, const syncopt::rundir::Invocation& inv,
                       syncopt::comm::MpiSession& mpi) {
   using namespace syncopt;
   const train::DistributedResult r = train::run_distributed(job.cfg, job.compute, args.quiet, inv);
@@ -305,7 +305,7 @@ int train_distributed(const TrainArgs& args, const Job& job, const syncopt::trai
 int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
   using namespace syncopt;
   Job job = load_job(args, mpi);
-  train::Invocation inv = make_invocation(args.argv, args.config_path, args.overrides);
+  rundir::Invocation inv = make_invocation(args.argv, args.config_path, args.overrides);
   name_the_run(args, mpi, job.cfg, inv);
   // One experiment, one build: every rank's resolved config and binary
   // must be rank 0's (a different model on one rank would corrupt memory).

@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "comm/requests.hpp"
 #include "common/error.hpp"
 
 namespace syncopt::comm {
@@ -81,11 +82,15 @@ void MpiSession::finalize(int code, double timeout_s) {
     ::_exit(code);
   }).detach();
   MPI_Finalize();
+  release_kept_buffers();  // MPI holds none of them now
 }
 
 MpiSession::~MpiSession() {
   int finalized = 0;
-  if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
+  if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
+    MPI_Finalize();
+    release_kept_buffers();
+  }
 }
 
 Communicator::Communicator() : Communicator(MPI_COMM_WORLD) {}

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 
 #include "comm/mpi.hpp"
 #include "common/bf16.hpp"
@@ -39,7 +40,31 @@ bool cancel_bounded(MPI_Request& req) {
   return false;
 }
 
+// What keep_until_finalize() holds.
+struct KeptBuffers {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<const void>> buffers;
+};
+
+KeptBuffers& kept() {
+  static KeptBuffers k;  // outlives every request set: freed at exit, if not before
+  return k;
+}
+
 }  // namespace
+
+void keep_until_finalize(std::shared_ptr<const void> buffer) {
+  if (!buffer) return;
+  KeptBuffers& k = kept();
+  const std::lock_guard<std::mutex> lock(k.mutex);
+  k.buffers.push_back(std::move(buffer));
+}
+
+void release_kept_buffers() {
+  KeptBuffers& k = kept();
+  const std::lock_guard<std::mutex> lock(k.mutex);
+  k.buffers.clear();
+}
 
 // ------------------------------------------------------------------ SendQueue
 
@@ -71,6 +96,16 @@ void SendQueue::send_split(SharedMessage header, std::shared_ptr<const void> own
   m_entries.push_back(std::move(p));
 }
 
+void SendQueue::send_text(std::string text, int dest, int tag) {
+  auto owned = std::make_shared<const std::string>(std::move(text));
+  Entry e;
+  e.dest = dest;
+  SYNCOPT_CHECK_MPI(MPI_Isend(owned->data(), static_cast<int>(owned->size()), MPI_CHAR, dest, tag,
+                              m_comm, &e.req));
+  e.payload_owner = std::move(owned);
+  m_entries.push_back(std::move(e));
+}
+
 void SendQueue::progress() {
   if (m_entries.empty()) return;
   for (auto& e : m_entries) {
@@ -95,9 +130,9 @@ void SendQueue::cancel_to(int dest) {
   for (auto& e : m_entries) {
     if (e.dest != dest) continue;
     if (!cancel_bounded(e.req)) {
-      // MPI still holds the buffers: keep them alive for good.
-      new SharedMessage(std::move(e.msg));  // NOLINT: deliberate leak, see requests.hpp
-      new std::shared_ptr<const void>(std::move(e.payload_owner));  // NOLINT: likewise
+      // MPI still holds the buffers: keep them alive until MPI_Finalize.
+      keep_until_finalize(std::move(e.msg));
+      keep_until_finalize(std::move(e.payload_owner));
       e.req = MPI_REQUEST_NULL;
     }
   }
@@ -108,15 +143,15 @@ SendQueue::~SendQueue() {
   std::size_t leaked = 0;
   for (auto& e : m_entries) {
     if (!cancel_bounded(e.req)) {
-      new SharedMessage(std::move(e.msg));  // NOLINT: deliberate leak, see requests.hpp
-      new std::shared_ptr<const void>(std::move(e.payload_owner));  // NOLINT: likewise
+      keep_until_finalize(std::move(e.msg));
+      keep_until_finalize(std::move(e.payload_owner));
       ++leaked;
     }
   }
   if (leaked > 0) {
     spdlog::warn(
         "{} send(s) could neither complete nor be cancelled (a peer gone?); their "
-        "buffers are kept until exit",
+        "buffers are kept until MPI_Finalize",
         leaked);
   }
 }
@@ -201,14 +236,14 @@ void RecvSlots::abandon(std::size_t i) {
   m_reqs[i] = MPI_REQUEST_NULL;
   const std::size_t capacity = s.msg.capacity();
   // Moving the Message keeps its heap storage where it is.
-  new Message(std::move(s.msg));                       // NOLINT: deliberate leak, see requests.hpp
-  new std::shared_ptr<void>(std::move(s.dest_owner));  // NOLINT: likewise (post_payload)
+  keep_until_finalize(std::make_shared<const Message>(std::move(s.msg)));
+  keep_until_finalize(std::move(s.dest_owner));  // post_payload's buffer
   s.dest = nullptr;
   s.raw = false;
   s.msg = Message(capacity);
   spdlog::warn(
       "a receive from rank {} could not be cancelled (mid-message from a peer that died?); its "
-      "buffer ({} bytes) is kept until exit",
+      "buffer ({} bytes) is kept until MPI_Finalize",
       s.source, Message::wire_bytes(capacity));
 }
 
@@ -263,9 +298,42 @@ std::vector<RecvSlots::Done> RecvSlots::wait(IdleBackoff& backoff) {
   }
 }
 
+bool RecvSlots::wait_all(double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  IdleBackoff backoff;
+  while (any_active()) {
+    if (!test().empty()) continue;
+    if (seconds_since(t0) > timeout_s) {
+      for (int i = 0; i < size(); ++i) cancel(i);
+      return false;
+    }
+    backoff.idle(0.01);
+  }
+  return true;
+}
+
 RecvSlots::~RecvSlots() {
   for (std::size_t i = 0; i < m_reqs.size(); ++i) {
     if (!cancel_bounded(m_reqs[i])) abandon(i);
+  }
+}
+
+std::optional<std::string> receive_text(int from, int tag, MPI_Comm comm, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  IdleBackoff backoff;
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    SYNCOPT_CHECK_MPI(MPI_Iprobe(from, tag, comm, &flag, &st));
+    if (flag) {
+      int n = 0;
+      SYNCOPT_CHECK_MPI(MPI_Get_count(&st, MPI_CHAR, &n));
+      std::string text(static_cast<std::size_t>(n), '\0');
+      SYNCOPT_CHECK_MPI(MPI_Recv(text.data(), n, MPI_CHAR, from, tag, comm, MPI_STATUS_IGNORE));
+      return text;
+    }
+    if (seconds_since(t0) > timeout_s) return std::nullopt;
+    backoff.idle(0.01);
   }
 }
 

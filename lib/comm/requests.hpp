@@ -15,9 +15,11 @@
 //
 // Both complete or cancel what is in flight when destroyed. A send that can
 // neither complete nor be cancelled in time (a peer that died or stopped)
-// keeps its buffer alive for the rest of the process rather than hand MPI
-// freed memory. Every MPI return code is checked: errors throw InternalError
-// naming the call, except in destructors, which log them.
+// hands its buffer to keep_until_finalize() rather than hand MPI freed
+// memory: it lives until MPI_Finalize has returned (MpiSession), or until
+// the process ends without it. Every MPI return code is checked: errors
+// throw InternalError naming the call, except in destructors, which log
+// them.
 #pragma once
 
 #include <mpi.h>
@@ -25,6 +27,8 @@
 #include <cstddef>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "comm/poll.hpp"
@@ -39,6 +43,13 @@ inline SharedMessage make_message(std::size_t capacity, const MsgHeader& header)
   m->header() = header;
   return m;
 }
+
+// A buffer MPI may still read or write (an operation that could neither
+// complete nor be cancelled): kept alive until release_kept_buffers(),
+// which MpiSession calls once MPI_Finalize has returned. Thread-safe.
+void keep_until_finalize(std::shared_ptr<const void> buffer);
+// Frees what keep_until_finalize() holds; only after MPI_Finalize.
+void release_kept_buffers();
 
 class SendQueue {
  public:
@@ -57,6 +68,9 @@ class SendQueue {
   // same tag.
   void send_split(SharedMessage header, std::shared_ptr<const void> owner, const void* payload,
                   int dest, int tag);
+  // The bytes of `text` alone (MPI_CHAR, no header) to `dest`: the end
+  // phase's records. The queue owns the text until the send completes.
+  void send_text(std::string text, int dest, int tag);
   // Drops the sends that have completed. Cheap when nothing is in flight.
   void progress();
   std::size_t in_flight() const { return m_entries.size(); }
@@ -70,7 +84,7 @@ class SendQueue {
   struct Entry {
     MPI_Request req = MPI_REQUEST_NULL;
     SharedMessage msg;
-    std::shared_ptr<const void> payload_owner;  // send_parts: where the payload lives
+    std::shared_ptr<const void> payload_owner;  // send_split, send_text: where the payload lives
     int dest = -1;
   };
   MPI_Comm m_comm;
@@ -117,6 +131,9 @@ class RecvSlots {
   std::vector<Done> test();
   // Polls with back-off until at least one completes; empty if none is active.
   std::vector<Done> wait(IdleBackoff& backoff);
+  // Polls until every posted receive has completed or `timeout_s` has
+  // passed; the ones left are cancelled. Returns whether all completed.
+  bool wait_all(double timeout_s);
 
   const Message& message(int slot) const { return m_slots[static_cast<std::size_t>(slot)].msg; }
   // Where the last receive of the slot put its payload.
@@ -147,5 +164,10 @@ class RecvSlots {
   std::vector<int> m_indices;
   std::vector<MPI_Status> m_statuses;
 };
+
+// A message of text (MPI_CHAR, of any length) from `from` with `tag`, taken
+// whole once it is there (MPI_Iprobe, then MPI_Recv into a string of its
+// size); nullopt if none came within `timeout_s`.
+std::optional<std::string> receive_text(int from, int tag, MPI_Comm comm, double timeout_s);
 
 }  // namespace syncopt::comm

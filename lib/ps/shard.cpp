@@ -40,6 +40,8 @@ Shard::Shard(const ShardSetup& st)
               st.cfg->train.clock != config::Clock::kVirtual && st.cfg->train.agree_shards),
       m_per_bucket(st.buckets.size() > 1 && (st.roles->mode == config::Mode::kAsync ||
                                              st.roles->mode == config::Mode::kSsp)),
+      m_param_order(layout::BucketFlow::kParams,
+                    static_cast<int>(std::max<std::size_t>(1, st.buckets.size()))),
       m_core(st.roles->mode, st.roles->workers, st.roles->rule.n, st.slice.count,
              st.cfg->train.timeout_ms / 1000.0, st.cfg->train.ssp_bound),
       m_params(optim::optimizer_options(st.cfg->optim), st.cfg->optim.ema, st.initial,
@@ -77,7 +79,9 @@ Shard::Shard(const ShardSetup& st)
   const auto n_buckets = m_buckets.size();
   m_snapshots.resize(n_buckets);
   m_current.resize(n_buckets);
-  m_next_bucket.assign(static_cast<std::size_t>(m_workers), static_cast<int>(n_buckets) - 1);
+  m_grad_order.assign(
+      static_cast<std::size_t>(m_workers),
+      layout::BucketSequence(layout::BucketFlow::kGradient, static_cast<int>(n_buckets)));
   if (m_per_bucket) m_core.use_buckets(static_cast<int>(n_buckets));
   if (n_buckets > 1 && !m_per_bucket && m_core.slot(0) == nullptr) {
     m_staging.assign(static_cast<std::size_t>(m_workers), std::vector<float>(m_count));
@@ -154,9 +158,8 @@ ShardResult Shard::run() {
       if (deadline >= 0.0) limit = std::min(limit, deadline);
       // A gradient half in: its bucket 0 is on its way and an update may
       // hang on it, so look again soon rather than after a long sleep.
-      const int last = static_cast<int>(m_buckets.size()) - 1;
-      if (std::any_of(m_next_bucket.begin(), m_next_bucket.end(),
-                      [&](int b) { return b != last; })) {
+      if (std::any_of(m_grad_order.begin(), m_grad_order.end(),
+                      [](const layout::BucketSequence& q) { return q.partial(); })) {
         limit = std::min(limit, kPartialPollS);
       }
       m_backoff.idle(limit);
@@ -326,18 +329,17 @@ void Shard::on_worker_message(int w, int bytes, double seen) {
   }
   if (kind == Kind::kGrad) {
     // A gradient's buckets come top layer first, bucket 0 last.
-    const int last = static_cast<int>(m_buckets.size()) - 1;
-    if (h.bucket != m_next_bucket[wi]) {
+    layout::BucketSequence& order = m_grad_order[wi];
+    if (h.bucket != order.next()) {
       protocol_error("gradient bucket " + std::to_string(h.bucket) + " from worker rank " +
                      std::to_string(m_roles.worker_rank(w)) + ", expected bucket " +
-                     std::to_string(m_next_bucket[wi]) + " (buckets go from " +
-                     std::to_string(last) + " down to 0)");
+                     std::to_string(order.next()) + " (" + order.rule() + ")");
     }
-    if (h.bucket == 0 && m_pending[wi].waiting) {
+    if (h.bucket == order.last() && m_pending[wi].waiting) {
       protocol_error("second request from worker rank " + std::to_string(m_roles.worker_rank(w)) +
                      " before its previous one was answered");
     }
-    m_next_bucket[wi] = h.bucket == 0 ? last : h.bucket - 1;
+    order.take(h.bucket);
     if ((h.flags & comm::kFlagSplit) != 0) {
       // The values follow; the header stays in the slot.
       m_recvs.post_payload(w, h.count, comm::element_bytes(h));
@@ -367,7 +369,7 @@ void Shard::on_gradient(int w, double seen) {
   } else if (m_buckets.size() > 1) {
     stage(w, h, data);
   }
-  if (h.bucket != 0) {
+  if (!m_grad_order[wi].complete()) {
     m_recvs.post(w);
     return;
   }
@@ -446,6 +448,10 @@ bool Shard::apply_due() {
   return applied;
 }
 
+// One update of the gradients the core chose (async and ssp with buckets:
+// already applied on arrival, bucket by bucket): the mean, the optimiser
+// and the answers, bucket by bucket (apply_buckets), then the record
+// (record_update).
 void Shard::apply_one() {
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
   metrics::StepRecord rec = m_core.begin_apply(m_st.clock->now());
@@ -453,59 +459,91 @@ void Shard::apply_one() {
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) *
                                      m_roles.rule.lr_multiplier(rec.used));
   if (m_agree && m_self == 0) send_decision(rec);
-  const auto diverged = [&](const std::string& what) {
-    m_core.end_apply();
-    // Nothing non-finite is applied or saved: the last checkpoint stays.
-    finish(ExitCode::kInternal,
-           "training diverged at update " + std::to_string(rec.step) + ", shard " +
-               std::to_string(m_self) + ": " + what + " (lr " + std::to_string(lr) +
-               "); nothing non-finite was applied or saved, the last checkpoint is kept. Lower "
-               "optim.lr (asynchronous modes need a smaller one than sync: each update is one "
-               "worker's batch, and stale)");
-  };
-  if (!std::isfinite(rec.loss)) return diverged("the mean loss is " + std::to_string(rec.loss));
+  if (!std::isfinite(rec.loss)) {
+    return diverged(rec, lr, "the mean loss is " + std::to_string(rec.loss));
+  }
   const std::uint64_t examples = m_examples + static_cast<std::uint64_t>(rec.used) *
                                                   static_cast<std::uint64_t>(m_cfg.train.batch);
   if (m_per_bucket) {
     m_core.end_apply();
     m_params.end_update();  // every bucket was applied on arrival
-  } else {
-    // Bucket by bucket in forward order: the mean, the optimiser, and the
-    // bucket's new parameters at once to the workers waiting for this
-    // version (not after the last update: those get STOP), so that their
-    // forward starts while the layers above are still being updated.
-    // Element-wise, so the same bits as one pass.
-    std::vector<int> answer;
-    if (m_buckets.size() > 1 && !would_finish(examples, m_core.version())) {
-      for (int w = 0; w < m_workers; ++w) {
-        const Pending& p = m_pending[static_cast<std::size_t>(w)];
-        if (p.waiting && !m_roster.is_lost(w) && m_core.may_answer(w, p.version)) {
-          answer.push_back(w);
-        }
-      }
-    }
-    for (auto& c : m_current) c.reset();  // parameters change: answers publish anew
-    for (std::size_t b = 0; b < m_buckets.size(); ++b) {
-      const std::size_t at = m_buckets[b].offset - m_st.slice.offset;
-      if (!m_core.average(m_mean.data(), at, m_buckets[b].count)) {
-        // The buckets before this one are applied (and on their way to
-        // the workers above, which get STOP next).
-        return diverged("the mean gradient of " + std::to_string(m_buckets[b].count) +
-                        " parameters from " + std::to_string(m_buckets[b].offset) +
-                        " is not finite");
-      }
-      m_params.apply_range(at, m_buckets[b].count, m_mean.data() + at, lr);
-      for (const int w : answer) send_params(w, static_cast<int>(b));
-    }
-    m_core.end_apply();
-    m_params.end_update();
-    for (const int w : answer) {
-      m_pending[static_cast<std::size_t>(w)].waiting = false;
-      m_flag[static_cast<std::size_t>(w)] = 0;
-      m_core.answered(w);  // the virtual clock's worker computes again from here
-    }
+  } else if (!apply_buckets(rec, lr, would_finish(examples, m_core.version()))) {
+    return;
   }
   m_examples = examples;
+  record_update(rec, lr);
+}
+
+// The update ends here without touching what is left: nothing non-finite
+// is applied or saved, the last checkpoint stays.
+void Shard::diverged(const metrics::StepRecord& rec, float lr, const std::string& what) {
+  m_core.end_apply();
+  finish(ExitCode::kInternal,
+         "training diverged at update " + std::to_string(rec.step) + ", shard " +
+             std::to_string(m_self) + ": " + what + " (lr " + std::to_string(lr) +
+             "); nothing non-finite was applied or saved, the last checkpoint is kept. Lower "
+             "optim.lr (asynchronous modes need a smaller one than sync: each update is one "
+             "worker's batch, and stale)");
+}
+
+// Bucket by bucket in forward order: the mean, the optimiser, and the
+// bucket's new parameters at once to the workers waiting for this version
+// (not after the last update, `last`: those get STOP), so that their
+// forward starts while the layers above are still being updated.
+// Element-wise, so the same bits as one pass. False: a bucket's mean was
+// not finite and the update ended there (diverged).
+bool Shard::apply_buckets(const metrics::StepRecord& rec, float lr, bool last) {
+  const std::vector<int> answer = m_buckets.size() > 1 && !last ? answerable() : std::vector<int>{};
+  for (auto& c : m_current) c.reset();  // parameters change: answers publish anew
+  for (const int j : m_param_order.order()) {
+    const auto b = static_cast<std::size_t>(j);
+    if (!mean_of_bucket(b)) {
+      // The buckets before this one are applied (and on their way to the
+      // workers above, which get STOP next).
+      diverged(rec, lr,
+               "the mean gradient of " + std::to_string(m_buckets[b].count) + " parameters from " +
+                   std::to_string(m_buckets[b].offset) + " is not finite");
+      return false;
+    }
+    optimise_bucket(b, lr);
+    for (const int w : answer) send_params(w, j);
+  }
+  m_core.end_apply();
+  m_params.end_update();
+  for (const int w : answer) {
+    m_pending[static_cast<std::size_t>(w)].waiting = false;
+    m_flag[static_cast<std::size_t>(w)] = 0;
+    m_core.answered(w);  // the virtual clock's worker computes again from here
+  }
+  return true;
+}
+
+// The workers whose request the version being applied answers.
+std::vector<int> Shard::answerable() const {
+  std::vector<int> answer;
+  for (int w = 0; w < m_workers; ++w) {
+    const Pending& p = m_pending[static_cast<std::size_t>(w)];
+    if (p.waiting && !m_roster.is_lost(w) && m_core.may_answer(w, p.version)) answer.push_back(w);
+  }
+  return answer;
+}
+
+// Bucket b's mean gradient into m_mean (its place in the slice); false
+// when it is not finite.
+bool Shard::mean_of_bucket(std::size_t b) {
+  const std::size_t at = m_buckets[b].offset - m_st.slice.offset;
+  return m_core.average(m_mean.data(), at, m_buckets[b].count);
+}
+
+// The optimiser on bucket b, from its mean in m_mean.
+void Shard::optimise_bucket(std::size_t b, float lr) {
+  const std::size_t at = m_buckets[b].offset - m_st.slice.offset;
+  m_params.apply_range(at, m_buckets[b].count, m_mean.data() + at, lr);
+}
+
+// After an update is applied: its step record, adaptive b, the end of
+// training, the progress line and evaluation in place.
+void Shard::record_update(metrics::StepRecord& rec, float lr) {
   rec.shard = m_self;
   rec.lr = lr;
   if (!m_core.virtual_clock()) {
@@ -627,7 +665,7 @@ bool Shard::answer_pulls() {
       }
       m_data_sends.send(m_stop, rank, comm::kTagToWorker);
     } else {
-      for (std::size_t b = 0; b < m_buckets.size(); ++b) send_params(w, static_cast<int>(b));
+      for (const int b : m_param_order.order()) send_params(w, b);
       m_flag[wi] = 0;
     }
     p.waiting = false;
@@ -793,7 +831,7 @@ void Shard::lose_worker(int w, double now) {
   m_pending[wi].waiting = false;
   m_flag[wi] = 0;
   // A gradient it was sending will not be completed.
-  m_next_bucket[wi] = static_cast<int>(m_buckets.size()) - 1;
+  m_grad_order[wi].reset();
   m_core.retire(w);
   m_recvs.cancel(w);
   m_data_sends.cancel_to(rank);

@@ -44,6 +44,7 @@
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "config/config.hpp"
+#include "layout/bucket_sequence.hpp"
 #include "layout/roles.hpp"
 #include "metrics/records.hpp"
 #include "metrics/step_record.hpp"
@@ -135,6 +136,12 @@ class Shard {
   void on_peer_message(int slot, int bytes);
   bool apply_due();
   void apply_one();
+  void diverged(const metrics::StepRecord& rec, float lr, const std::string& what);
+  bool apply_buckets(const metrics::StepRecord& rec, float lr, bool last);
+  std::vector<int> answerable() const;
+  bool mean_of_bucket(std::size_t b);
+  void optimise_bucket(std::size_t b, float lr);
+  void record_update(metrics::StepRecord& rec, float lr);
   void adapt(const metrics::StepRecord& rec);
   bool answer_pulls();
   void send_params(int w, int bucket);
@@ -177,6 +184,9 @@ class Shard {
   std::vector<comm::BucketSpan> m_buckets;  // of the slice (offsets into the flat vector)
   // Async and ssp with several buckets: each applied on arrival.
   const bool m_per_bucket;
+  // Parameters go out bucket 0 first, in forward order; the update is
+  // applied in the same order, each bucket sent as soon as it is.
+  const layout::BucketSequence m_param_order;
 
   ShardCore m_core;
   // train.backups = auto: the N of the next update (shard 0; every shard
@@ -197,9 +207,9 @@ class Shard {
   // the snapshot of the current version (if published).
   std::vector<std::vector<comm::SharedMessage>> m_snapshots;
   std::vector<comm::SharedMessage> m_current;
-  std::vector<int> m_next_bucket;             // per worker: the bucket it must send next
-  std::vector<std::vector<float>> m_staging;  // softsync, bucketed: per worker
-  comm::SharedMessage m_stop;                 // STOP, built once at the end
+  std::vector<layout::BucketSequence> m_grad_order;  // per worker: its gradient's buckets
+  std::vector<std::vector<float>> m_staging;         // softsync, bucketed: per worker
+  comm::SharedMessage m_stop;                        // STOP, built once at the end
   // A follower (m_agree): shard 0's CHECKPOINT for a step this shard has
   // not applied yet (its decision or gradients still on the way), kept
   // until it has, and since when.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "layout/bucket_sequence.hpp"
 #include "ps/shard_core.hpp"
 #include "sim/events.hpp"
 
@@ -61,6 +62,7 @@ struct ShardState {
   // Pipelined: the buckets in forward order; the last update of this pass
   // (its replies leave bucket by bucket as it is applied).
   std::vector<Bucket> buckets;
+  std::vector<int> reply_order;  // of the buckets (layout::BucketSequence, kParams)
   bool applied_in_pass = false;
   double apply_start = 0.0, apply_end = 0.0;
 };
@@ -109,6 +111,10 @@ class Engine {
   void place_layers();
   void send_decision(const metrics::StepRecord& rec, double now);
   std::uint64_t oldest_version(int w) const;
+  layout::BucketSequence& grad_order(int w, int s) {
+    return m_grad_order[static_cast<std::size_t>(w) * m_shards.size() +
+                        static_cast<std::size_t>(s)];
+  }
   bool ssp_push(ShardState& sh, int w);
   bool done_training(const ShardState& sh) const;
 
@@ -129,6 +135,9 @@ class Engine {
   bool m_pipelined = false;
   std::vector<int> m_layer_shard, m_layer_bucket;
   std::vector<double> m_param_at;  // [worker * layers + layer]
+  // [worker * S + shard]: the buckets of the gradient in flight a shard has
+  // taken, by the rule the real shard checks (layout::BucketSequence).
+  std::vector<layout::BucketSequence> m_grad_order;
   // Agreeing shards: shard 0's choices on their way to the followers.
   struct Decision {
     std::vector<int> workers;
@@ -214,6 +223,15 @@ void Engine::place_layers() {
   }
   if (l != layers) {
     throw InternalError("simulation: the shards' slices do not cover the model's layers");
+  }
+  for (auto& sh : m_shards) {
+    const auto n = static_cast<int>(sh.buckets.size());
+    sh.reply_order = layout::BucketSequence(layout::BucketFlow::kParams, n).order();
+  }
+  for (int w = 0; w < m_st.workers; ++w) {
+    for (const auto& sh : m_shards) {
+      m_grad_order.emplace_back(layout::BucketFlow::kGradient, static_cast<int>(sh.buckets.size()));
+    }
   }
   m_pipelined = m_st.pipeline;
   if (m_pipelined) {
@@ -597,7 +615,8 @@ void Engine::answer_pipelined(int s, double now) {
     const int w = m_answer[i];
     WorkerState& ws = m_workers[static_cast<std::size_t>(w)];
     double at = now;
-    for (const Bucket& b : sh.buckets) {
+    for (const int j : sh.reply_order) {
+      const Bucket& b = sh.buckets[static_cast<std::size_t>(j)];
       const double ready =
           applying ? sh.apply_start + (sh.apply_end - sh.apply_start) * b.applied : now;
       at = m_net.transfer(s, node_of_worker(w), ready, message_bytes(b.count));
@@ -648,7 +667,7 @@ void Engine::start_pipelined(int w, double start, double overhead, double comput
     t += compute * (1.0 - kForwardShare) * m_st.layers[k].flops_share;
     const int s = m_layer_shard[k];
     const int j = m_layer_bucket[k];
-    if (j == 0 ||
+    if (j == grad_order(w, s).last() ||
         m_shards[static_cast<std::size_t>(s)].buckets[static_cast<std::size_t>(j)].first !=
             static_cast<int>(k)) {
       continue;  // bucket 0 goes last; or the bucket's lowest layer is not done yet
@@ -656,7 +675,7 @@ void Engine::start_pipelined(int w, double start, double overhead, double comput
     send(s, j, t);
   }
   t += delay;
-  for (int s = 0; s < shards(); ++s) send(s, 0, t);
+  for (int s = 0; s < shards(); ++s) send(s, grad_order(w, s).last(), t);
   m_queue.end_run();
   m_workers[static_cast<std::size_t>(w)].busy_until = t;
 }
@@ -669,11 +688,18 @@ void Engine::send_bucket(const Event& e, double now) {
   const int s = e.shard;
   const ShardState& sh = m_shards[static_cast<std::size_t>(s)];
   const Bucket& b = sh.buckets[static_cast<std::size_t>(e.bucket)];
-  if (s == shards() - 1 && e.bucket + 1 == static_cast<int>(sh.buckets.size())) {
+  layout::BucketSequence& order = grad_order(e.worker, s);
+  if (!order.take(e.bucket)) {
+    throw InternalError("simulation: worker " + std::to_string(e.worker) +
+                        " sent gradient bucket " + std::to_string(e.bucket) + " to shard " +
+                        std::to_string(s) + " where bucket " + std::to_string(order.next()) +
+                        " is due (" + order.rule() + ")");
+  }
+  if (s == shards() - 1 && order.taken() == 1) {
     ws.outstanding = shards();  // the first bucket: every shard will answer
   }
   const double at = m_net.transfer(node_of_worker(e.worker), s, now, message_bytes(b.count));
-  if (e.bucket != 0) return;
+  if (!order.complete()) return;
   Event g;
   g.kind = EventKind::kGradArrives;
   g.shard = s;

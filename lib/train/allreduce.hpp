@@ -11,7 +11,7 @@
 // tells the others (ENDING), saves a checkpoint of the last step every rank
 // applied on its own (each rank's data position follows from the step), and
 // the run ends with 69. When rank 0 itself is silent, the others end the job
-// without it (train/ending.hpp).
+// without it (rundir/ending.hpp).
 #pragma once
 
 #include <mpi.h>

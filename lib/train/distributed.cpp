@@ -7,7 +7,7 @@
 //               by its peers and watching them (one comm::Watch per rank)
 //   6. end      point to point, bounded: final parameters, evaluation, records, summary
 // A failure at any point ends the job with its outcome recorded
-// (train/ending.hpp): rank 0 records it; when rank 0 itself is silent,
+// (rundir/ending.hpp): rank 0 records it; when rank 0 itself is silent,
 // another rank does; a rank's own error is announced to the ranks that
 // watch it, so that they end at once with its exit code.
 #include "train/distributed.hpp"
@@ -38,8 +38,8 @@
 #include "metrics/step_record.hpp"
 #include "optim/optimizer.hpp"
 #include "ps/shard.hpp"
+#include "rundir/ending.hpp"
 #include "train/allreduce.hpp"
-#include "train/ending.hpp"
 #include "train/evaluation.hpp"
 #include "train/evaluator.hpp"
 #include "train/inputs.hpp"
@@ -55,15 +55,15 @@ using layout::Role;
 
 // What a rank knows once the job is set up; filled in phase by phase.
 struct Job {
-  Job(const config::Config& c, const Compute& comp, const Invocation& i)
+  Job(const config::Config& c, const Compute& comp, const rundir::Invocation& i)
       : cfg(c), compute(comp), inv(i) {}
   const config::Config& cfg;
   const Compute& compute;
-  const Invocation& inv;
-  std::string launch_id;            // rank 0's, the same on every rank
-  std::optional<OpenedRun> opened;  // rank 0: the run directory, locked
-  RunJournal journal;               // rank 0: run.json
-  bool training = false;            // the role loops have started
+  const rundir::Invocation& inv;
+  std::string launch_id;                    // rank 0's, the same on every rank
+  std::optional<rundir::OpenedRun> opened;  // rank 0: the run directory, locked
+  rundir::RunJournal journal;               // rank 0: run.json
+  bool training = false;                    // the role loops have started
   int rank = 0, world = 1;
   // One duplicate per concern: gradients and parameters, control, heartbeats.
   comm::Communicator data_comm, ctrl_comm, live_comm;
@@ -123,7 +123,7 @@ struct RoleOutcome {
   std::uint64_t examples = 0;
   double wall_s = 0.0;
   std::uint64_t steps = 0;
-  Outcome outcome;
+  rundir::Outcome outcome;
   nlohmann::json lost_workers = nlohmann::json::array();
   std::vector<int> dead_ranks;
   std::vector<int> ended_ranks;  // ended on an error of their own: nothing more comes from them
@@ -209,13 +209,13 @@ void open_outputs(Job& job) {
   job.run_dir = std::filesystem::path(cfg.run.dir) / cfg.run.name;
   comm::agree(job.ctrl(), [&] {
     if (job.rank != 0) return;
-    job.opened = open_run_dir(cfg, this_process(job.launch_id));
-    Invocation inv = job.inv;
+    job.opened = rundir::open_run_dir(cfg, rundir::this_process(job.launch_id));
+    rundir::Invocation inv = job.inv;
     inv.launch_id = job.launch_id;
     job.journal =
-        RunJournal(job.run_dir, cfg.run.name, inv, {job.peers, job.roles}, cfg.run.resume);
+        rundir::RunJournal(job.run_dir, cfg.run.name, inv, {job.peers, job.roles}, cfg.run.resume);
     if (cfg.run.resume) {
-      const auto changed = check_resume(cfg, job.run_dir, job.world, job.launch_id);
+      const auto changed = rundir::check_resume(cfg, job.run_dir, job.world, job.launch_id);
       if (!changed.empty()) {
         job.journal.note("changed", changed);
         for (const auto& c : changed) spdlog::info("resumed with {}", c);
@@ -244,7 +244,7 @@ void open_outputs(Job& job) {
                         " steps: to extend it, raise train.steps (or train.epochs)");
     }
     // The run goes on: config.toml describes it as it is now (its place, its length).
-    if (job.rank == 0) rewrite_config(cfg, job.run_dir);
+    if (job.rank == 0) rundir::rewrite_config(cfg, job.run_dir);
   });
   comm::agree(job.ctrl(), [&] {
     // TensorBoard (tb/, see run_board.hpp): rank 0 writes the step records
@@ -263,7 +263,7 @@ void open_outputs(Job& job) {
                               std::filesystem::file_size(job.run_dir / "steps.jsonl"))
                         : metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
       board = metrics::open_run_board(cfg.run, job.run_dir, "steps", job.clock);
-      if (board) board->describe_run(cfg, describe_invocation(job.inv));
+      if (board) board->describe_run(cfg, rundir::describe_invocation(job.inv));
       if (board && !job.buckets.empty()) {
         std::vector<std::string> layers;
         for (const auto& b : job.buckets[0]) layers.push_back(layout::group_span(job.groups, b));
@@ -388,8 +388,8 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   out.examples = r.examples;
   out.wall_s = job.clock.now();
   out.steps = r.steps;
-  out.outcome = Outcome::from_code(r.code, r.detail);
-  out.outcome.reported_by = rank_json(job.peers, job.roles, r.reported_by);
+  out.outcome = rundir::Outcome::from_code(r.code, r.detail);
+  out.outcome.reported_by = rundir::rank_json(job.peers, job.roles, r.reported_by);
   out.lost_workers = r.lost_workers;
   out.dead_ranks = r.dead_ranks;
   out.ended_ranks = r.ended_ranks;
@@ -422,7 +422,7 @@ RoleOutcome run_worker_role(Job& job) {
                 ws.worker, wr.gradients, wr.compute_s, wr.delay_s, wr.wait_s);
   RoleOutcome out;
   out.wall_s = job.clock.now();
-  out.outcome = Outcome::from_code(wr.code);
+  out.outcome = rundir::Outcome::from_code(wr.code);
   out.peer_lost = wait_for_release(job) || wr.peer_lost;
   return out;
 }
@@ -445,7 +445,7 @@ RoleOutcome run_evaluator_role(Job& job) {
   st.resume = job.my_state();
   RoleOutcome out;
   const EvaluatorResult r = run_evaluator(st);
-  out.outcome = Outcome::from_code(r.code);
+  out.outcome = rundir::Outcome::from_code(r.code);
   out.peer_lost = wait_for_release(job) || r.peer_lost;
   out.wall_s = job.clock.now();
   return out;
@@ -481,11 +481,12 @@ RoleOutcome run_allreduce_role(Job& job, metrics::Progress& progress) {
   out.examples = r.examples;
   out.wall_s = job.clock.now();
   out.steps = r.steps;
-  if (r.stop_signal != 0) out.outcome = Outcome::stopped(r.stop_signal, r.steps);
-  if (!r.diverged.empty()) out.outcome = Outcome::from_code(ExitCode::kInternal, r.diverged);
+  if (r.stop_signal != 0) out.outcome = rundir::Outcome::stopped(r.stop_signal, r.steps);
+  if (!r.diverged.empty())
+    out.outcome = rundir::Outcome::from_code(ExitCode::kInternal, r.diverged);
   if (r.failed_code != ExitCode::kOk) {
-    out.outcome = Outcome::from_code(r.failed_code, r.failed);
-    out.outcome.reported_by = rank_json(job.peers, job.roles, r.reported_by);
+    out.outcome = rundir::Outcome::from_code(r.failed_code, r.failed);
+    out.outcome.reported_by = rundir::rank_json(job.peers, job.roles, r.reported_by);
     out.lost_workers = r.lost_workers;
     out.dead_ranks = r.lost;
   }
@@ -568,8 +569,8 @@ void announce(Job& job, ExitCode code) {
 // Rank 0: an attempt that failed. The outcome file and run.json record it;
 // summary.json only when training had begun (it describes this launch then;
 // an attempt that never trained leaves the run's last summary as it was).
-void record_failure(Job& job, const Outcome& outcome) {
-  write_outcome_file(outcome, job.launch_id, job.run_dir);
+void record_failure(Job& job, const rundir::Outcome& outcome) {
+  rundir::write_outcome_file(outcome, job.launch_id, job.run_dir);
   // A write failed (a full disk, most often): more writes there would only
   // bury its message under theirs.
   if (outcome.exit_code == ExitCode::kIoError) return;
@@ -582,8 +583,8 @@ void record_failure(Job& job, const Outcome& outcome) {
         // A full disk: the summary says what the records on disk say.
       }
     }
-    write_summary_from_records(job.run_dir, outcome,
-                               {{"launch_id", job.launch_id}, {"run_id", job.journal.run_id()}});
+    rundir::write_summary_from_records(
+        job.run_dir, outcome, {{"launch_id", job.launch_id}, {"run_id", job.journal.run_id()}});
   }
 }
 
@@ -592,10 +593,10 @@ void record_failure(Job& job, const Outcome& outcome) {
 // rank ends rank 0 if it is stopped on this node (mpirun would wait for it
 // forever) and exits. Never returns.
 [[noreturn]] void end_without_rank0(Job& job, const Error& e) {
-  Outcome outcome = Outcome::from_code(ExitCode::kUnavailable, e.what());
-  outcome.reported_by = rank_json(job.peers, job.roles, job.rank);
+  rundir::Outcome outcome = rundir::Outcome::from_code(ExitCode::kUnavailable, e.what());
+  outcome.reported_by = rundir::rank_json(job.peers, job.roles, job.rank);
   announce(job, ExitCode::kUnavailable);
-  const bool ender = end_in_place_of_rank0(
+  const bool ender = rundir::end_in_place_of_rank0(
       {job.run_dir, job.launch_id, job.rank, &job.peers, &job.roles}, outcome);
   if (!ender) {
     // Let the rank that records the outcome finish before rank 0 goes: a
@@ -625,63 +626,13 @@ void record_failure(Job& job, const Outcome& outcome) {
 
 // ---------------------------------------------------------------- 6. the end
 
-// Polls `slots` until every posted one completed or `limit_s` passed; the
-// ones left are cancelled. Returns whether all completed.
-bool receive_all(comm::RecvSlots& slots, double limit_s) {
-  const RunClock clock;
-  comm::IdleBackoff backoff;
-  while (slots.any_active()) {
-    if (!slots.test().empty()) continue;
-    if (clock.now() > limit_s) {
-      for (int i = 0; i < slots.size(); ++i) slots.cancel(i);
-      return false;
-    }
-    backoff.idle(0.01);
-  }
-  return true;
-}
-
-// Text sent to rank 0 by another shard (its step records); nullopt if none
-// came within `limit_s`.
-std::optional<std::string> receive_text(int from, MPI_Comm comm, double limit_s) {
-  const RunClock clock;
-  comm::IdleBackoff backoff;
-  for (;;) {
-    int flag = 0;
-    MPI_Status st;
-    SYNCOPT_CHECK_MPI(MPI_Iprobe(from, comm::kTagRecords, comm, &flag, &st));
-    if (flag) {
-      int n = 0;
-      SYNCOPT_CHECK_MPI(MPI_Get_count(&st, MPI_CHAR, &n));
-      std::string text(static_cast<std::size_t>(n), '\0');
-      SYNCOPT_CHECK_MPI(
-          MPI_Recv(text.data(), n, MPI_CHAR, from, comm::kTagRecords, comm, MPI_STATUS_IGNORE));
-      return text;
-    }
-    if (clock.now() > limit_s) return std::nullopt;
-    backoff.idle(0.01);
-  }
-}
-
 // Sends `text` to `to` (rank 0: another shard's records), waiting at most
-// `limit_s` for it to be taken.
+// `limit_s` for it to be taken. Its own queue owns the copy sent: if rank 0
+// is gone, the send is cancelled or its buffer kept until MPI_Finalize.
 void send_text(const std::string& text, int to, MPI_Comm comm, double limit_s) {
-  auto buffer = std::make_unique<std::string>(text);
-  MPI_Request req = MPI_REQUEST_NULL;
-  SYNCOPT_CHECK_MPI(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()), MPI_CHAR, to,
-                              comm::kTagRecords, comm, &req));
-  const RunClock clock;
-  comm::IdleBackoff backoff;
-  for (;;) {
-    int done = 0;
-    SYNCOPT_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (clock.now() > limit_s) break;
-    backoff.idle(0.01);
-  }
-  // Rank 0 is gone: the buffer must outlive MPI's hold on it.
-  (void)MPI_Cancel(&req);
-  (void)buffer.release();  // NOLINT: deliberate leak, as in comm/requests.hpp
+  comm::SendQueue records(comm);
+  records.send_text(text, to, comm::kTagRecords);
+  if (records.drain(limit_s)) return;
   spdlog::error("the step records of this shard were not taken by rank 0 within {}s", limit_s);
 }
 
@@ -701,7 +652,8 @@ struct FinalEval {
 
 // The eval writer: every shard's final slices, the final evaluation (of a
 // completed run), params.f32 and params_ema.f32.
-FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, double limit_s) {
+FinalEval final_evaluation(Job& job, RoleOutcome& out, const rundir::Outcome& outcome,
+                           double limit_s) {
   const std::size_t count = job.param_layout.count;
   std::vector<float> theta(count), ema(count);
   if (!job.ps_mode()) {
@@ -727,7 +679,7 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, d
       std::copy(out.ema.begin(), out.ema.end(),
                 ema.begin() + static_cast<std::ptrdiff_t>(sl.offset));
     }
-    if (!receive_all(slots, limit_s)) {
+    if (!slots.wait_all(limit_s)) {
       spdlog::error("the final parameters of some shard did not arrive: no final evaluation");
       return {};
     }
@@ -760,7 +712,7 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const Outcome& outcome, d
 std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe, double limit_s) {
   for (int s = 1; s < job.roles.shards; ++s) {
     if (gone(job, out, s)) continue;
-    if (const auto text = receive_text(s, job.ctrl(), limit_s)) {
+    if (const auto text = comm::receive_text(s, comm::kTagRecords, job.ctrl(), limit_s)) {
       if (!text->empty()) job.steps->append_lines(*text);
     } else {
       spdlog::error("the step records of shard {} did not arrive", s);
@@ -787,14 +739,15 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
     auto& names = info.bucket_layers.emplace_back();
     for (const auto& b : shard) names.push_back(layout::group_span(job.groups, b));
   }
-  Outcome outcome = out.outcome;
-  if (outcome.reported_by.is_null()) outcome.reported_by = rank_json(job.peers, job.roles, 0);
+  rundir::Outcome outcome = out.outcome;
+  if (outcome.reported_by.is_null())
+    outcome.reported_by = rundir::rank_json(job.peers, job.roles, 0);
   nlohmann::json extra = outcome.to_json();
   extra["lost_workers"] = out.lost_workers;
   extra["launch_id"] = job.launch_id;
   extra["run_id"] = job.journal.run_id();
   job.journal.finish(outcome);
-  write_outcome_file(outcome, job.launch_id, job.run_dir);
+  rundir::write_outcome_file(outcome, job.launch_id, job.run_dir);
   if (!fe.done) {
     extra["final_eval"] = outcome.status() == RunStatus::kCompleted
                               ? "none: the evaluator was lost"
@@ -889,7 +842,7 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
     if (!writer_alive) {
       spdlog::warn("no final evaluation: the evaluator ({}) is dead",
                    comm::describe_rank(job.peers, job.eval_writer));
-    } else if (slots.post(0), receive_all(slots, limit_s)) {
+    } else if (slots.post(0), slots.wait_all(limit_s)) {
       const auto& m = slots.message(0);
       const float* v = m.payload();
       fe = {m.header().flags != 0, {v[0], v[1]}, {v[2], v[3]}};
@@ -911,12 +864,13 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
 }  // namespace
 
 DistributedResult run_distributed(const config::Config& cfg, const Compute& compute, bool quiet,
-                                  const Invocation& inv) {
+                                  const rundir::Invocation& inv) {
   Job job(cfg, compute, inv);
   SYNCOPT_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &job.rank));
   SYNCOPT_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &job.world));
   job.peers = comm::gather_peers(job.ctrl());
-  job.launch_id = broadcast_text(job.ctrl(), inv.launch_id.empty() ? new_id() : inv.launch_id);
+  job.launch_id =
+      broadcast_text(job.ctrl(), inv.launch_id.empty() ? rundir::new_id() : inv.launch_id);
   job.run_dir = std::filesystem::path(cfg.run.dir) / cfg.run.name;
   try {
     comm::agree(job.ctrl(), [&] { job.roles = layout::make_roles(cfg, job.world); });
@@ -936,7 +890,7 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
   } catch (const AgreedError& e) {
     // Set-up, before any role ran: every rank knows; rank 0 records the
     // attempt (run.json), leaving the run's summary.json as it was.
-    if (job.rank == 0) record_failure(job, Outcome::failed(e));
+    if (job.rank == 0) record_failure(job, rundir::Outcome::failed(e));
     throw;
   } catch (const EndedByPeerError&) {
     throw;  // the rank that ended the job records it
@@ -944,8 +898,8 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
     if (job.watch && job.rank != 0 && !job.watch->alive(0)) end_without_rank0(job, e);
     announce(job, e.code());
     if (job.rank == 0) {
-      Outcome o = Outcome::failed(e);
-      o.reported_by = rank_json(job.peers, job.roles, 0);
+      rundir::Outcome o = rundir::Outcome::failed(e);
+      o.reported_by = rundir::rank_json(job.peers, job.roles, 0);
       record_failure(job, o);
     }
     if (!job.watch) throw;  // nobody watches yet: main ends the job

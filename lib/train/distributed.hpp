@@ -10,16 +10,16 @@
 
 #include "comm/peers.hpp"
 #include "config/config.hpp"
+#include "rundir/meta.hpp"
+#include "rundir/open.hpp"
 #include "train/compute.hpp"
-#include "train/run_dir.hpp"
-#include "train/run_meta.hpp"
 
 namespace syncopt::train {
 
 struct DistributedResult {
   std::filesystem::path run_dir;
-  Outcome outcome;     // this rank's view of how the run ended (its exit code)
-  std::string report;  // rank 0: the end-of-run report text
+  rundir::Outcome outcome;  // this rank's view of how the run ended (its exit code)
+  std::string report;       // rank 0: the end-of-run report text
   // Ranks this rank found dead (silent past cluster.dead_after_s), and every
   // rank's host and pid: the caller ends stopped ones on this node and does
   // not wait for them in MPI_Finalize.
@@ -37,9 +37,9 @@ struct DistributedResult {
 // AnnouncedError (they end with EndedByPeerError, one line each); a dead
 // peer is an UnavailableError (69) of the ranks that need it. The outcome is
 // recorded by rank 0, or, when rank 0 is silent, by one of the others
-// (train/ending.hpp).
-// `inv` goes into run.json (run_meta.hpp), written by rank 0.
+// (rundir/ending.hpp).
+// `inv` goes into run.json (rundir/meta.hpp), written by rank 0.
 DistributedResult run_distributed(const config::Config& cfg, const Compute& compute, bool quiet,
-                                  const Invocation& inv = {});
+                                  const rundir::Invocation& inv = {});
 
 }  // namespace syncopt::train

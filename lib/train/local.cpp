@@ -22,9 +22,9 @@
 #include "optim/optimizer.hpp"
 #include "replica/replica.hpp"
 #include "replica/staleness.hpp"
-#include "train/ending.hpp"
+#include "rundir/ending.hpp"
+#include "rundir/lock.hpp"
 #include "train/inputs.hpp"
-#include "train/run_lock.hpp"
 
 namespace syncopt::train {
 
@@ -57,7 +57,7 @@ replica::StalenessOptions staleness_options(const config::Config& cfg) {
 class LocalTrainer {
  public:
   LocalTrainer(const config::Config& cfg, const Compute& compute, bool quiet,
-               const Invocation& inv);
+               const rundir::Invocation& inv);
   LocalResult run();
 
  private:
@@ -66,11 +66,11 @@ class LocalTrainer {
   void step(std::uint64_t k);
   void save_checkpoint(std::uint64_t k);
   void restore(const checkpoint::State& s);
-  void finish(const Outcome& outcome);
-  void write_summary(const Outcome& outcome);
+  void finish(const rundir::Outcome& outcome);
+  void write_summary(const rundir::Outcome& outcome);
 
   const config::Config& m_cfg;
-  const Invocation& m_inv;
+  const rundir::Invocation& m_inv;
   const int m_batch;
   const bool m_use_ema;
   const bool m_quiet;
@@ -89,8 +89,8 @@ class LocalTrainer {
   std::unique_ptr<replica::ParamHistory> m_history;
 
   LocalResult m_result;
-  RunLock m_lock;        // the run directory is this process's
-  RunJournal m_journal;  // run.json
+  rundir::RunLock m_lock;        // the run directory is this process's
+  rundir::RunJournal m_journal;  // run.json
   std::unique_ptr<metrics::StepLog> m_steps;
   std::unique_ptr<metrics::JsonlWriter> m_eval_file;
   std::unique_ptr<EvalLog> m_eval;
@@ -107,7 +107,7 @@ class LocalTrainer {
 
 // Everything that can fail on input happens before any output exists.
 LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bool quiet,
-                           const Invocation& inv)
+                           const rundir::Invocation& inv)
     : m_cfg(cfg),
       m_inv(inv),
       m_batch(static_cast<int>(cfg.train.batch)),
@@ -167,8 +167,8 @@ LocalResult LocalTrainer::run() {
   } catch (const Error& e) {
     // An attempt that never trained: run.json says so (when this process
     // got the directory), summary.json stays the run's last.
-    m_journal.finish(Outcome::failed(e));
-    write_outcome_file(Outcome::failed(e), m_inv.launch_id, m_result.run_dir);
+    m_journal.finish(rundir::Outcome::failed(e));
+    rundir::write_outcome_file(rundir::Outcome::failed(e), m_inv.launch_id, m_result.run_dir);
     throw;
   }
   try {
@@ -176,7 +176,7 @@ LocalResult LocalTrainer::run() {
   } catch (const Error& e) {
     // Records stay as they are (the last checkpoint is intact); the summary
     // says how the run ended.
-    write_summary(Outcome::failed(e));
+    write_summary(rundir::Outcome::failed(e));
     throw;
   }
   return m_result;
@@ -185,14 +185,14 @@ LocalResult LocalTrainer::run() {
 // A new run, or the state of the latest checkpoint; returns the next step.
 std::uint64_t LocalTrainer::open_outputs() {
   m_result.run_dir = std::filesystem::path(m_cfg.run.dir) / m_cfg.run.name;
-  OpenedRun opened = open_run_dir(m_cfg, this_process(m_inv.launch_id));
+  rundir::OpenedRun opened = rundir::open_run_dir(m_cfg, rundir::this_process(m_inv.launch_id));
   m_lock = std::move(opened.lock);
   const auto& dir = m_result.run_dir;
-  m_journal =
-      RunJournal(dir, m_cfg.run.name, m_inv, {{}, layout::make_roles(m_cfg, 1)}, m_cfg.run.resume);
+  m_journal = rundir::RunJournal(dir, m_cfg.run.name, m_inv, {{}, layout::make_roles(m_cfg, 1)},
+                                 m_cfg.run.resume);
   double wall_s = 0.0;
   if (m_cfg.run.resume) {
-    const auto changed = check_resume(m_cfg, dir, 1, m_inv.launch_id);
+    const auto changed = rundir::check_resume(m_cfg, dir, 1, m_inv.launch_id);
     if (!changed.empty()) {
       m_journal.note("changed", changed);
       for (const auto& c : changed) spdlog::info("resumed with {}", c);
@@ -200,7 +200,7 @@ std::uint64_t LocalTrainer::open_outputs() {
     const checkpoint::Checkpoint ck = checkpoint::load_latest(dir, {kPart});
     const checkpoint::State& s = ck.part(kPart);
     restore(s);
-    rewrite_config(m_cfg, dir);
+    rundir::rewrite_config(m_cfg, dir);
     wall_s = s.get<double>("wall_s");
     const auto& rec = s.child("records");
     m_steps = std::make_unique<metrics::StepLog>(
@@ -219,7 +219,7 @@ std::uint64_t LocalTrainer::open_outputs() {
                              m_cfg.run.seed);
   // One TensorBoard file for the steps and evaluations (tb/, see run_board.hpp).
   const auto board = metrics::open_run_board(m_cfg.run, dir, "steps", m_clock);
-  if (board) board->describe_run(m_cfg, describe_invocation(m_inv));
+  if (board) board->describe_run(m_cfg, rundir::describe_invocation(m_inv));
   m_steps->set_board(board);
   m_eval->set_board(board);
   spdlog::info("run directory: {}", dir.string());
@@ -244,7 +244,7 @@ void LocalTrainer::train_from(std::uint64_t first) {
       m_progress->note("stopping at step " + std::to_string(k) + " on " + signal_name(sig) +
                        ": saving a checkpoint");
       save_checkpoint(k);
-      finish(Outcome::stopped(sig, k));
+      finish(rundir::Outcome::stopped(sig, k));
       return;
     }
     const bool by_steps = run.checkpoint_every_steps > 0 &&
@@ -256,7 +256,7 @@ void LocalTrainer::train_from(std::uint64_t first) {
   if (m_step == m_plan.total_steps && checkpoint::latest_step(m_result.run_dir) != m_step) {
     save_checkpoint(m_step);  // the end of the run, resumable for a longer one
   }
-  finish(Outcome{});
+  finish(rundir::Outcome{});
 }
 
 void LocalTrainer::step(std::uint64_t k) {
@@ -373,7 +373,7 @@ void LocalTrainer::restore(const checkpoint::State& s) {
 // The end of training (completed) or of this part of it (stopped): the
 // final evaluation when completed, the parameters, and summary.json last,
 // so that a summary on disk means everything else is there.
-void LocalTrainer::finish(const Outcome& outcome) {
+void LocalTrainer::finish(const rundir::Outcome& outcome) {
   m_replica->copy_theta(m_theta.data());
   m_replica->copy_ema(m_ema.data());
   m_progress->finish();  // before the final note, which would erase a live line
@@ -400,7 +400,7 @@ void LocalTrainer::finish(const Outcome& outcome) {
 }
 
 // The same analysis as a distributed run's, so `syncopt report` reads both.
-void LocalTrainer::write_summary(const Outcome& outcome) {
+void LocalTrainer::write_summary(const rundir::Outcome& outcome) {
   metrics::RunInfo info;
   info.mode = config::Mode::kLocal;
   info.batch = m_batch;
@@ -431,13 +431,13 @@ void LocalTrainer::write_summary(const Outcome& outcome) {
   extra["launch_id"] = m_inv.launch_id;
   extra["run_id"] = m_journal.run_id();
   m_journal.finish(outcome);
-  write_outcome_file(outcome, m_inv.launch_id, m_result.run_dir);
+  rundir::write_outcome_file(outcome, m_inv.launch_id, m_result.run_dir);
   if (outcome.status() == RunStatus::kFailed) {
     try {
       m_steps->flush();
       metrics::write_summary(m_result.run_dir, info, extra);
     } catch (const std::exception&) {
-      write_failure_summary(m_result.run_dir, outcome);
+      rundir::write_failure_summary(m_result.run_dir, outcome);
     }
     return;
   }
@@ -447,7 +447,7 @@ void LocalTrainer::write_summary(const Outcome& outcome) {
 }  // namespace
 
 LocalResult run_local(const config::Config& cfg, const Compute& compute, bool quiet,
-                      const Invocation& inv) {
+                      const rundir::Invocation& inv) {
   LocalTrainer trainer(cfg, compute, quiet, inv);
   return trainer.run();
 }

@@ -7,16 +7,16 @@
 #include <filesystem>
 
 #include "config/config.hpp"
+#include "rundir/meta.hpp"
+#include "rundir/open.hpp"
 #include "train/compute.hpp"
 #include "train/evaluation.hpp"
-#include "train/run_dir.hpp"
-#include "train/run_meta.hpp"
 
 namespace syncopt::train {
 
 struct LocalResult {
   std::filesystem::path run_dir;
-  Outcome outcome;  // completed, or stopped by a signal (exit 75)
+  rundir::Outcome outcome;  // completed, or stopped by a signal (exit 75)
   std::int64_t steps = 0;
   std::int64_t examples = 0;
   double wall_s = 0.0;
@@ -32,8 +32,8 @@ struct LocalResult {
 // writes config.toml, steps.jsonl, eval.jsonl, params.f32, params_ema.f32
 // and, last, summary.json. A failure is recorded in summary.json and thrown.
 // `quiet` silences the progress line.
-// `inv` goes into run.json (run_meta.hpp).
+// `inv` goes into run.json (rundir/meta.hpp).
 LocalResult run_local(const config::Config& cfg, const Compute& compute, bool quiet,
-                      const Invocation& inv = {});
+                      const rundir::Invocation& inv = {});
 
 }  // namespace syncopt::train

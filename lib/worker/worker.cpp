@@ -60,7 +60,6 @@ Worker::Worker(const WorkerSetup& st)
       m_grad(std::make_shared<std::vector<float>>(st.param_count)),
       m_version(static_cast<std::size_t>(m_shards), 0),
       m_stopped(static_cast<std::size_t>(m_shards), 0),
-      m_received(static_cast<std::size_t>(m_shards), 0),
       m_sends(st.data_comm),
       m_virtual(st.cfg->train.clock == config::Clock::kVirtual) {
   std::vector<int> shards;
@@ -69,6 +68,8 @@ Worker::Worker(const WorkerSetup& st)
     const std::vector<layout::Slice> own{st.slices[si]};
     const auto& cut = si < st.buckets.size() && !st.buckets[si].empty() ? st.buckets[si] : own;
     m_first.push_back(m_buckets.size());
+    m_param_order.emplace_back(layout::BucketFlow::kParams, static_cast<int>(cut.size()));
+    m_grad_order.emplace_back(layout::BucketFlow::kGradient, static_cast<int>(cut.size()));
     for (std::size_t i = 0; i < cut.size(); ++i) {
       m_buckets.push_back({s, static_cast<int>(i), cut[i].offset, cut[i].count, 0});
     }
@@ -168,7 +169,11 @@ void Worker::take(int s, int bytes) {
     }
     m_buckets[first + h.bucket].version = h.param_version;
     if (h.bucket == 0) m_version[si] = h.param_version;
-    if (++m_received[si] < static_cast<int>(end - first)) post_bucket(s);
+    if (!m_param_order[si].take(h.bucket)) {
+      throw InternalError("worker " + std::to_string(m_st.worker) +
+                          ": a parameter payload out of order (internal error)");
+    }
+    if (!m_param_order[si].complete()) post_bucket(s);
     return;
   }
   std::vector<comm::BucketSpan> spans;
@@ -187,10 +192,10 @@ void Worker::take(int s, int bytes) {
   if (err.empty() && static_cast<Kind>(h.kind) == Kind::kParams) {
     if ((h.flags & comm::kFlagSplit) == 0) {
       err = "PARAMS from shard " + std::to_string(s) + " with its payload inline, not apart";
-    } else if (h.bucket != m_received[si]) {
+    } else if (h.bucket != m_param_order[si].next()) {
       err = "parameter bucket " + std::to_string(h.bucket) + " from shard " + std::to_string(s) +
-            ", expected bucket " + std::to_string(m_received[si]) +
-            " (a shard sends them in forward order)";
+            ", expected bucket " + std::to_string(m_param_order[si].next()) + " (" +
+            m_param_order[si].rule() + ")";
     }
   }
   if (!err.empty()) {
@@ -205,7 +210,7 @@ void Worker::take(int s, int bytes) {
     if (s == 0) m_result.code = static_cast<ExitCode>(h.code);
     if ((h.flags & comm::kFlagPeerLost) != 0) m_result.peer_lost = true;
     // Nothing more comes this step: what is missing stays as it was.
-    m_received[si] = static_cast<int>(end - first);
+    m_param_order[si].end();
     return;
   }
   // The header is valid: its floats go straight into the parameters.
@@ -222,11 +227,12 @@ void Worker::take(int s, int bytes) {
 // Returns false when every shard has said STOP.
 bool Worker::receive_params() {
   const auto t_wait = Clock::now();
-  // (m_received was reset when each answer's receive was posted; an answer
-  // may have begun to arrive while the gradient went out.)
+  // (m_param_order was reset when each answer's receive was posted; an
+  // answer may have begun to arrive while the gradient went out.)
   std::fill(m_sent.begin(), m_sent.end(), 0);
   receive_until([&] {
-    return std::none_of(m_received.begin(), m_received.end(), [](int r) { return r == 0; });
+    return std::none_of(m_param_order.begin(), m_param_order.end(),
+                        [](const layout::BucketSequence& q) { return q.taken() == 0; });
   });
   m_result.wait_s += since(t_wait);
   const auto checkpoint_step = std::exchange(m_checkpoint_step, std::nullopt);
@@ -240,9 +246,9 @@ bool Worker::receive_params() {
 void Worker::await_bucket(std::size_t g) {
   const Bucket& b = m_buckets[g];
   const auto si = static_cast<std::size_t>(b.shard);
-  if (m_received[si] > b.index) return;
+  if (m_param_order[si].has(b.index)) return;
   const auto t_wait = Clock::now();
-  receive_until([&] { return m_received[si] > b.index; });
+  receive_until([&] { return m_param_order[si].has(b.index); });
   m_result.wait_s += since(t_wait);
 }
 
@@ -284,7 +290,9 @@ void Worker::grads_ready(std::size_t offset, float loss) {
   for (std::size_t g = m_buckets.size(); g-- > 0;) {
     const Bucket& b = m_buckets[g];
     if (b.offset < offset) break;
-    if (!m_sent[g] && b.index != 0) send_bucket(g);
+    if (!m_sent[g] && b.index != m_grad_order[static_cast<std::size_t>(b.shard)].last()) {
+      send_bucket(g);
+    }
   }
   m_sends.progress();
 }
@@ -294,6 +302,13 @@ void Worker::send_bucket(std::size_t g) {
   const auto si = static_cast<std::size_t>(b.shard);
   auto& slot = m_outbox[g];
   if (slot.use_count() > 1) throw InternalError("worker: a gradient header still in flight");
+  if (!m_grad_order[si].take(b.index)) {
+    throw InternalError("worker: gradient bucket " + std::to_string(b.index) + " to shard " +
+                        std::to_string(b.shard) + " where bucket " +
+                        std::to_string(m_grad_order[si].next()) + " is due (" +
+                        m_grad_order[si].rule() + ")");
+  }
+  const bool completes = m_grad_order[si].complete();
   const std::size_t end = end_of(si);
   Message& m = *slot;
   auto& h = m.header();
@@ -306,16 +321,16 @@ void Worker::send_bucket(std::size_t g) {
   h.loss = m_loss;
   // Pure compute, without injected delay: all of it for bucket 0, which
   // goes last; so far for the others (virtual clock: the modelled time).
-  h.compute_s = b.index == 0 || m_virtual ? m_compute_s : since(m_compute_start);
+  h.compute_s = completes || m_virtual ? m_compute_s : since(m_compute_start);
   h.vtime_s = m_vtime_s;
   h.examples = *std::min_element(m_version.begin(), m_version.end());
   h.flags = comm::kFlagSplit;
-  if (b.index == 0) {
+  if (completes) {
     // This completes the gradient at the shard and asks for parameters:
     // the receive for the answer is posted first (every bucket of this
     // step's parameters is in: the forward needed them all).
-    await_bucket(end - 1);
-    m_received[si] = 0;
+    await_bucket(m_first[si] + static_cast<std::size_t>(m_param_order[si].last()));
+    m_param_order[si].reset();
     m_vstart[si] = 0.0;
     post_bucket(b.shard);
   }
@@ -424,7 +439,8 @@ void Worker::await_sends() {
 // a shard, buckets still go top first).
 void Worker::push_gradient() {
   for (std::size_t si = 0; si < m_first.size(); ++si) {
-    for (std::size_t g = end_of(si); g-- > m_first[si];) {
+    for (const int j : m_grad_order[si].order()) {
+      const std::size_t g = m_first[si] + static_cast<std::size_t>(j);
       if (!m_sent[g]) send_bucket(g);
     }
   }

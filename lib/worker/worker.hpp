@@ -36,6 +36,7 @@
 #include "config/config.hpp"
 #include "data/batch.hpp"
 #include "data/dataset.hpp"
+#include "layout/bucket_sequence.hpp"
 #include "layout/roles.hpp"
 #include "nn/backend.hpp"
 #include "worker/straggler.hpp"
@@ -124,9 +125,11 @@ class Worker {
   std::vector<char> m_stopped;           // per shard
   std::vector<Bucket> m_buckets;         // every shard's, in forward order
   std::vector<std::size_t> m_first;      // per shard: its bucket 0 in m_buckets
-  std::vector<int> m_received;           // per shard: buckets received this step
-  std::vector<char> m_sent;              // per bucket: its gradient sent this step
-  comm::RecvSlots m_replies;             // one per shard
+  // Per shard: the buckets of its answer received this step, and of this
+  // step's gradient sent to it (docs/design.md §4, Buckets).
+  std::vector<layout::BucketSequence> m_param_order, m_grad_order;
+  std::vector<char> m_sent;   // per bucket: its gradient sent this step
+  comm::RecvSlots m_replies;  // one per shard
   comm::SendQueue m_sends;
   // The header of each bucket's gradient message (its payload is m_grad's).
   std::vector<comm::SharedMessage> m_outbox;

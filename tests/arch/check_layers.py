@@ -25,13 +25,17 @@ LAYERS = {
     "optim": {"common", "config", "checkpoint"},
     "metrics": {"common", "config"},
     "layout": {"common", "config"},
+    # The run directory's life: created and locked, run.json, the outcome file
+    # and the ending claim, the keys a resume may change. train builds on it,
+    # never the reverse.
+    "rundir": {"common", "config", "checkpoint", "comm", "layout", "metrics"},
     "replica": {"common", "checkpoint", "comm", "nn", "optim"},
     "ps": {"common", "config", "checkpoint", "comm", "layout", "metrics", "optim"},
     "worker": {"common", "config", "checkpoint", "comm", "data", "layout", "nn"},
     "sim": {"common", "config", "checkpoint", "layout", "metrics", "ps", "worker"},
     "plan": {"common", "config", "layout", "metrics", "sim", "worker"},
     "train": {"common", "config", "checkpoint", "comm", "data", "layout", "metrics", "nn",
-              "optim", "ps", "replica", "sim", "worker"},
+              "optim", "ps", "replica", "rundir", "sim", "worker"},
     # cuda/ builds on the compute, replica and communication interfaces of lib/.
     "cuda": {"common", "checkpoint", "comm", "nn", "optim", "replica"},
 }

@@ -1,5 +1,5 @@
-// The run directory as a resource of one job (train/run_lock.hpp,
-// train/run_dir.hpp, train/run_meta.hpp), without MPI: the lock and what a
+// The run directory as a resource of one job (rundir/lock.hpp,
+// rundir/open.hpp, rundir/meta.hpp), without MPI: the lock and what a
 // refused second start says; which keys a resume may change (extending a
 // run) and which make it another experiment; one message for a resume with
 // another number of ranks; a run resumed where its config.toml is; a moved
@@ -14,13 +14,13 @@
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "config/config.hpp"
-#include "train/run_dir.hpp"
-#include "train/run_lock.hpp"
-#include "train/run_meta.hpp"
+#include "rundir/lock.hpp"
+#include "rundir/meta.hpp"
+#include "rundir/open.hpp"
 
 namespace fs = std::filesystem;
 using namespace syncopt;
-using namespace syncopt::train;
+using namespace syncopt::rundir;
 
 namespace {
 

@@ -17,9 +17,9 @@
 #include "layout/roles.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/step_record.hpp"
-#include "train/run_dir.hpp"
+#include "rundir/open.hpp"
 
-namespace syncopt::train {
+namespace syncopt::rundir {
 
 // What the command line and the build say; filled in by the app on every
 // rank (rank 0's is recorded).
@@ -125,4 +125,4 @@ metrics::RunInfo partial_run_info(const std::filesystem::path& run_dir,
 std::string repeat_name(const std::filesystem::path& config_path, const std::string& run_dir,
                         const std::string& run_name);
 
-}  // namespace syncopt::train
+}  // namespace syncopt::rundir

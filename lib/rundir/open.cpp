@@ -1,5 +1,5 @@
-// Run directory at start, and run outcomes (see run_dir.hpp).
-#include "train/run_dir.hpp"
+// Run directory at start, and run outcomes (see open.hpp).
+#include "rundir/open.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -12,7 +12,7 @@
 #include "common/signals.hpp"
 #include "metrics/records.hpp"
 
-namespace syncopt::train {
+namespace syncopt::rundir {
 
 namespace fs = std::filesystem;
 
@@ -236,4 +236,4 @@ void write_failure_summary(const fs::path& run_dir, const Outcome& outcome,
   }
 }
 
-}  // namespace syncopt::train
+}  // namespace syncopt::rundir

@@ -1,5 +1,5 @@
 // Recording a launch's outcome (see ending.hpp).
-#include "train/ending.hpp"
+#include "rundir/ending.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -14,10 +14,10 @@
 #include "metrics/analysis.hpp"
 #include "metrics/records.hpp"
 #include "metrics/step_record.hpp"
-#include "train/run_lock.hpp"
-#include "train/run_meta.hpp"
+#include "rundir/lock.hpp"
+#include "rundir/meta.hpp"
 
-namespace syncopt::train {
+namespace syncopt::rundir {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -136,4 +136,4 @@ bool end_in_place_of_rank0(const EndingJob& job, const Outcome& outcome) noexcep
   }
 }
 
-}  // namespace syncopt::train
+}  // namespace syncopt::rundir

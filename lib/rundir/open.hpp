@@ -1,6 +1,6 @@
 // The run directory at start: created for a new run, or, for a resumed one
 // (run.resume = true), taken where it is and checked to be the same
-// experiment; either way locked for the run's life (run_lock.hpp). And the
+// experiment; either way locked for the run's life (lock.hpp). And the
 // outcome every run records in summary.json (docs/design.md §10).
 #pragma once
 
@@ -11,9 +11,9 @@
 
 #include "common/error.hpp"
 #include "config/config.hpp"
-#include "train/run_lock.hpp"
+#include "rundir/lock.hpp"
 
-namespace syncopt::train {
+namespace syncopt::rundir {
 
 // The run directory this process owns: its path and its lock.
 struct OpenedRun {
@@ -82,4 +82,4 @@ struct Outcome {
 void write_failure_summary(const std::filesystem::path& run_dir, const Outcome& outcome,
                            const nlohmann::json& extra = nlohmann::json::object());
 
-}  // namespace syncopt::train
+}  // namespace syncopt::rundir

@@ -20,9 +20,9 @@
 #include "comm/peers.hpp"
 #include "config/config.hpp"
 #include "layout/roles.hpp"
-#include "train/run_dir.hpp"
+#include "rundir/open.hpp"
 
-namespace syncopt::train {
+namespace syncopt::rundir {
 
 // {"rank", "role", "host", "pid"} of a rank, for Outcome::reported_by.
 nlohmann::json rank_json(const std::vector<comm::Peer>& peers, const layout::Roles& roles,
@@ -57,4 +57,4 @@ void write_summary_from_records(const std::filesystem::path& run_dir, const Outc
 // still this job's. Returns whether it did; never throws (logs).
 bool end_in_place_of_rank0(const EndingJob& job, const Outcome& outcome) noexcept;
 
-}  // namespace syncopt::train
+}  // namespace syncopt::rundir

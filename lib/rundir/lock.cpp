@@ -1,5 +1,5 @@
-// The run directory's lock (see run_lock.hpp).
-#include "train/run_lock.hpp"
+// The run directory's lock (see lock.hpp).
+#include "rundir/lock.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -15,9 +15,9 @@
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "metrics/records.hpp"
-#include "train/run_meta.hpp"
+#include "rundir/meta.hpp"
 
-namespace syncopt::train {
+namespace syncopt::rundir {
 
 namespace fs = std::filesystem;
 
@@ -139,4 +139,4 @@ bool RunLock::held_by_other(const fs::path& run_dir) {
   return held;
 }
 
-}  // namespace syncopt::train
+}  // namespace syncopt::rundir

@@ -20,7 +20,7 @@
 #include <optional>
 #include <string>
 
-namespace syncopt::train {
+namespace syncopt::rundir {
 
 // Who holds (or wants) a run directory.
 struct LockHolder {
@@ -68,4 +68,4 @@ class RunLock {
 
 inline constexpr const char* kRunLockFile = "run.lock";
 
-}  // namespace syncopt::train
+}  // namespace syncopt::rundir

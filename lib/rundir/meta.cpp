@@ -1,5 +1,5 @@
-// run.json, the verdict on a run directory, and repeat names (see run_meta.hpp).
-#include "train/run_meta.hpp"
+// run.json, the verdict on a run directory, and repeat names (see meta.hpp).
+#include "rundir/meta.hpp"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -22,7 +22,7 @@
 #include "config/config.hpp"
 #include "metrics/records.hpp"
 
-namespace syncopt::train {
+namespace syncopt::rundir {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -476,4 +476,4 @@ std::string repeat_name(const fs::path& config_path, const std::string& run_dir,
   }
 }
 
-}  // namespace syncopt::train
+}  // namespace syncopt::rundir
