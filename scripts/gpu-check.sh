@@ -463,8 +463,8 @@ if [[ ! -f "$CARRY/bundle.tar.xz" ]]; then
   record bundle failed 0 "no $CARRY/bundle.tar.xz: run scripts/gpu-pack.sh here and carry .gpu-carry"
   finish failed 1
 fi
-# Without xz (a bare image may lack it), Python's lzma module unpacks.
-if command -v xz >/dev/null; then
+# Without a working xz (a bare image may lack it), Python's lzma module unpacks.
+if command -v xz >/dev/null && xz --version >/dev/null 2>&1; then
   UNPACK="xz"
   timeout 60 tar -xJf "$CARRY/bundle.tar.xz" -C "$B"
   UNPACK_RC=("${PIPESTATUS[@]}")
