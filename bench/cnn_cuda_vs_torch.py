@@ -29,9 +29,12 @@ fails in any way) it reports syncopt's figures alone and says why.
 
 Batches run in the order given, largest first by default, and --json is
 rewritten after each one, so a run cut short by a time limit keeps what it
-measured (scripts/gpu-check.sh relies on both). The file also records the
-LD_LIBRARY_PATH this script and its PyTorch processes ran with: --exe may be
-a wrapper that gives syncopt its own libraries, which must not reach Python.
+measured (scripts/gpu-check.sh relies on both). A batch that fails (syncopt
+exits non-zero, its records are unreadable) is recorded with its error and
+the next batch runs; the script then exits 1, naming the failed batches.
+The file also records the LD_LIBRARY_PATH this script and its PyTorch
+processes ran with: --exe may be a wrapper that gives syncopt its own
+libraries, which must not reach Python.
 """
 import argparse
 import json
@@ -154,7 +157,7 @@ def main():
         peer_note = f"importing PyTorch failed: {type(e).__name__}: {str(e)[:300]}"
     if peer_note:
         print(f"bench: {peer_note}: reporting syncopt's figures alone, no ratio", flush=True)
-    results = []
+    results, failed = [], []
     env_note = {"python_ld_library_path": os.environ.get("LD_LIBRARY_PATH"), "exe": args.exe}
 
     def write_json():
@@ -162,19 +165,24 @@ def main():
             return
         tmp_path = args.json + ".tmp"
         with open(tmp_path, "w") as f:
-            json.dump({"results": results, "peer_note": peer_note, **env_note}, f, indent=2)
+            json.dump({"results": results, "failed_batches": failed, "peer_note": peer_note,
+                       **env_note}, f, indent=2)
         os.replace(tmp_path, args.json)
 
     write_json()
     with tempfile.TemporaryDirectory(prefix="syncopt-bench-cuda-") as tmp:
         for batch in (int(b) for b in args.batches.split(",")):
             ours, theirs, first_ours, first_theirs, peer = [], [], [], [], {}
+            error = None
             for r in range(args.rounds):
                 try:
                     o = run_syncopt(args.exe, args.backend, batch, args.warmup, args.steps,
                                     r + 1, tmp)
-                except RuntimeError as e:
-                    sys.exit(f"bench: {e}")
+                except Exception as e:  # this batch failed; the next ones still run
+                    error = f"round {r + 1}: {type(e).__name__}: {str(e)[-1500:]}"
+                    print(f"bench: batch {batch} failed, going on with the next: {error}",
+                          flush=True)
+                    break
                 ours.append(o["step_s"])
                 first_ours.append(o["first_step_s"])
                 line = f"  batch {batch} round {r + 1}: syncopt {1e3 * o['step_s']:8.3f} ms/step"
@@ -189,6 +197,11 @@ def main():
                         first_theirs.append(peer["first_step_s"])
                         line += f"   torch {1e3 * peer['step_s']:8.3f} ms/step"
                 print(line, flush=True)
+            if error is not None:
+                failed.append(batch)
+                results.append({"batch": batch, "backend": args.backend, "error": error})
+                write_json()
+                continue
             res = {"batch": batch, "backend": args.backend, "warmup": args.warmup, "steps": args.steps,
                    "rounds": args.rounds, "precision": "fp32 (no TF32 on either side)",
                    "syncopt_step_ms": 1e3 * statistics.median(ours),
@@ -208,6 +221,9 @@ def main():
     print(f"{'batch':>6} {'syncopt ms':>11} {'torch ms':>9} {'syncopt/torch':>14} "
           f"{'1st step syncopt':>17} {'1st step torch':>15}")
     for r in results:
+        if "error" in r:
+            print(f"{r['batch']:>6} failed: {r['error'][:200]}".replace("\n", " "))
+            continue
         tm = f"{r['torch_step_ms']:9.3f}" if "torch_step_ms" in r else f"{'-':>9}"
         ratio = f"{r['ratio_syncopt_over_torch']:14.2f}" if "torch_step_ms" in r else f"{'-':>14}"
         tf = f"{r['torch_first_step_ms']:15.1f}" if "torch_step_ms" in r else f"{'-':>15}"
@@ -218,6 +234,9 @@ def main():
     if peer_note:
         print(f"note: no PyTorch figures: {peer_note}")
     write_json()
+    if failed:
+        sys.exit(f"bench: batch(es) {', '.join(map(str, failed))} failed (see above); "
+                 "the others are reported")
 
 
 if __name__ == "__main__":

@@ -25,16 +25,23 @@
 #   launcher     30  the carried mpirun starts 4 ranks (--dry-run, no GPU)
 #   cuda_logic   20  cuda/'s decisions that need no GPU
 #   (no GPU: summary says so, exit 77)
-#   cuda_tests  150  kernels, backend vs the CPU oracle (every layer kind,
-#                    a projection block, resnet20), replica, host waits
+#   cuda_*   30-60  syncopt_cuda_tests, one process per Catch2 tag so that a
+#                    crash or hang hides nothing: cuda_kernels 30, cuda_model
+#                    30 ([model],[errors]), cuda_graph 60 (every layer kind,
+#                    a projection block, resnet20), cuda_replica 45,
+#                    cuda_sync 20 (host waits), cuda_rest 20 (any other tag)
 #   nccl_np1     45  NCCL vs MPI, the replica's NCCL step, the stuck stream
 #   nccl_np2     60  the same with 2 and 4 ranks sharing the GPU (each its
-#   nccl_np4     75  own NCCL host): multi-rank allreduce, a missing peer
+#   nccl_np4     75  own NCCL host): multi-rank allreduce, a missing peer;
+#                    NCCL_DEBUG=WARN NCCL_CUMEM_HOST_ENABLE=0, and a failed
+#                    step is tried once more without the latter (both tries
+#                    in its detail, the retry's verdict the step's)
 #   sync_fmnist  75  mpirun -np 4: 1 PS + 3 GPU workers, sync N = 2, b = 1,
 #                    one epoch of the carried data, test accuracy >= MIN_ACC
 #   allreduce_fmnist 75  mpirun -np 4 allreduce, the same threshold
 #   bench       150  bench/cnn_cuda_vs_torch.py, largest batch first
-#                    (1024, 512, 128, 32), OUT/bench.json rewritten after each
+#                    (1024, 512, 128, 32), OUT/bench.json rewritten after each;
+#                    a failed batch is recorded and the next one runs
 #   memcheck  3x45  compute-sanitizer memcheck, last (the kernels, a
 #                    residual block through cuDNN, a replica test, each in
 #                    what is left); a timeout is "inconclusive", not a failure
@@ -42,7 +49,10 @@
 # stamped with the seconds since the start; OUT/summary.json and
 # OUT/summary.txt are rewritten after every step (verdict, machine, steps
 # with status passed | failed | skipped | unsupported | timeout |
-# inconclusive, seconds, details). Four files in all.
+# inconclusive, seconds, details). Every step runs with cuDNN's log on
+# (CUDNN_LOGLEVEL_DBG=2, errors and warnings), gathered step by step into
+# OUT/cudnn.log. Five files in all. Without xz the bundle is unpacked with
+# python3's lzma module.
 # Exit: 0 passed (an inconclusive memcheck included), 1 something failed,
 # 77 no GPU.
 #
@@ -56,7 +66,10 @@
 # when the carried binaries run), SYNCOPT_GPU_CHECK_DRY_RUN=1 (a machine
 # without a GPU, tests/gpu-pack: past the GPU gate each GPU step runs what
 # it can without one and must report SKIP, training and the benchmark use
-# the CPU backend at a small size; the verdict is "dry-run-passed").
+# the CPU backend at a small size, the bench with a batch 0 that must fail
+# while the others run; the verdict is "dry-run-passed"),
+# SYNCOPT_GPU_CHECK_FAIL_FIRST=NAME (dry run only: the first try of NCCL
+# step NAME fails, to walk the retry).
 set -uo pipefail
 
 OUT="${1:?usage: scripts/gpu-check.sh OUT_DIR}"
@@ -64,6 +77,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 : >"$OUT/gpu-check.log"
+echo "cuDNN's log of the steps (CUDNN_LOGLEVEL_DBG=2: errors and warnings), step by step" >"$OUT/cudnn.log"
 exec > >(tee -a "$OUT/gpu-check.log") 2>&1
 T0=$EPOCHSECONDS
 BUDGET_S="${SYNCOPT_GPU_CHECK_BUDGET_S:-530}"
@@ -176,7 +190,7 @@ elif cmd == "record":
     record(*args)
 elif cmd == "get":
     v = (load(args[1], {}) or {}).get(args[0])
-    print(":".join(v) if isinstance(v, list) else ("" if v is None else v))
+    print(":".join(map(str, v)) if isinstance(v, list) else ("" if v is None else v))
 elif cmd == "detail-env":
     detail_env(*args)
 elif cmd == "detail-versions":
@@ -228,7 +242,8 @@ run() {
   say "$name (limit ${limit}s): $*"
   local t=$EPOCHSECONDS line
   {
-    timeout -k 5 "$limit" "${STDBUF[@]}" "$@" </dev/null 2>&1
+    timeout -k 5 "$limit" env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$WORK/$name.cudnn.log" \
+      "${STDBUF[@]}" "$@" </dev/null 2>&1
     echo "$?" >"$WORK/$name.rc"
   } | while IFS= read -r line || [[ -n "$line" ]]; do
     printf '%s\n' "$line" >>"$WORK/$name.out"
@@ -236,6 +251,11 @@ run() {
   done
   RC="$(cat "$WORK/$name.rc" 2>/dev/null || echo 1)"
   SECS=$((EPOCHSECONDS - t))
+  if [[ -s "$WORK/$name.cudnn.log" ]]; then  # what cuDNN said in this step, kept in OUT
+    printf '== step %s (rc %s)\n' "$name" "$RC" >>"$OUT/cudnn.log"
+    tail -c 200000 "$WORK/$name.cudnn.log" >>"$OUT/cudnn.log"
+  fi
+  rm -f "$WORK/$name.cudnn.log"
   touch "$WORK/$name.out"
   TAIL="$(grep -E '^(PASS|FAIL|SKIP)|FAILED|[Ee]rror|^test cases|^rank [0-9]+: ' "$WORK/$name.out" | tail -n 3 | tr '\n' ' ')"
   [[ -n "$TAIL" ]] || TAIL="$(tail -n 4 "$WORK/$name.out" | tr '\n' ' ')"
@@ -443,10 +463,22 @@ if [[ ! -f "$CARRY/bundle.tar.xz" ]]; then
   record bundle failed 0 "no $CARRY/bundle.tar.xz: run scripts/gpu-pack.sh here and carry .gpu-carry"
   finish failed 1
 fi
-if ! timeout 60 tar -xJf "$CARRY/bundle.tar.xz" -C "$B"; then
-  record bundle failed $((EPOCHSECONDS - t)) "unpacking $CARRY/bundle.tar.xz failed"
+# Without a working xz (a bare image may lack it), Python's lzma module unpacks.
+if command -v xz >/dev/null && xz --version >/dev/null 2>&1; then
+  UNPACK="xz"
+  timeout 60 tar -xJf "$CARRY/bundle.tar.xz" -C "$B"
+  UNPACK_RC=("${PIPESTATUS[@]}")
+else
+  UNPACK="python3's lzma (no xz here)"
+  timeout 90 python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' \
+    "$CARRY/bundle.tar.xz" | timeout 90 tar -xf - -C "$B"
+  UNPACK_RC=("${PIPESTATUS[@]}")
+fi
+if [[ "${UNPACK_RC[*]}" =~ [1-9] ]]; then
+  record bundle failed $((EPOCHSECONDS - t)) "unpacking $CARRY/bundle.tar.xz with $UNPACK failed (rc ${UNPACK_RC[*]})"
   finish failed 1
 fi
+echo "unpacked with $UNPACK"
 BIN="$B/bin"
 U="$B/root/usr"
 L="$U/lib/x86_64-linux-gnu"
@@ -500,11 +532,11 @@ MISSING="$(ldd_all)"
 echo "syncopt resolves the CUDA libraries to:"
 LD_LIBRARY_PATH="$LIB_PATH" timeout 10 ldd "$BIN/syncopt" | grep -E 'libcud|libcublas|libnccl|libmpi\.|libdnnl' | sed 's/^/  /'
 if [[ -n "$MISSING" ]]; then
-  record bundle failed $((EPOCHSECONDS - t)) "unresolved libraries: $MISSING"
+  record bundle failed $((EPOCHSECONDS - t)) "unpacked with $UNPACK; unresolved libraries: $MISSING"
   BUNDLE_OK=0
 else
   record bundle passed $((EPOCHSECONDS - t)) \
-    "binaries and libraries resolve (CUDA libraries from: ${CUDA_PATH_LIST:-the default path of the loader})"
+    "unpacked with $UNPACK; binaries and libraries resolve (CUDA libraries from: ${CUDA_PATH_LIST:-the default path of the loader})"
   BUNDLE_OK=1
 fi
 
@@ -604,34 +636,80 @@ if [[ -z "$GPU_NAME" && "${DEVICES:-0}" == 0 && "$DRY" != 1 ]]; then
   finish no-gpu 77
 fi
 
-# --- the CUDA tests ----------------------------------------------------------------------------
-run cuda_tests 150 "$W/syncopt_cuda_tests" --durations yes
-if [[ "$DRY" == 1 ]]; then
-  expect_skip cuda_tests
-elif ((RC == 77)); then
-  record cuda_tests failed "$SECS" "SKIPPED on a machine with a GPU: $TAIL"
-else
-  record cuda_tests "$(status_of "$RC")" "$SECS" \
-    "$(grep -E '^(test cases|All tests passed)' "$WORK/cuda_tests.out" | tail -1) $TAIL"
-fi
-
-# --- NCCL: 1 rank, then 2 and 4 ranks sharing the GPU -------------------------------------
-nccl_step() {  # NAME NP LIMIT
-  if ((!MPI_OK)); then
-    if (($2 == 1)); then
-      run "$1" "$3" "$W/syncopt_nccl_mpi"  # a singleton MPI process
-    else
-      record "$1" skipped 0 "the carried mpirun does not work here"
-      return
-    fi
-  else
-    run "$1" "$3" "$MPIRUN" -np "$2" "$W/syncopt_nccl_mpi"
-  fi
+# --- the CUDA tests, one step per Catch2 tag --------------------------------------------------
+# Each group in its own process and under its own limit, so that a crash or a
+# hang in one hides none of the others; cuda_rest runs whatever no group
+# names (normally nothing).
+cuda_group() {  # NAME LIMIT FILTER
+  run "$1" "$2" "$W/syncopt_cuda_tests" --durations yes "$3"
   if [[ "$DRY" == 1 ]]; then
     expect_skip "$1"
+  elif ((RC == 77)); then
+    record "$1" failed "$SECS" "SKIPPED on a machine with a GPU: $TAIL"
+  elif grep -q "No test cases matched" "$WORK/$1.out"; then
+    record "$1" passed "$SECS" "no test case is tagged $3"
   else
-    record "$1" "$(status_of "$RC")" "$SECS" "$TAIL"
+    record "$1" "$(status_of "$RC")" "$SECS" \
+      "$3: $(grep -E '^(test cases|All tests passed)' "$WORK/$1.out" | tail -1) $TAIL"
   fi
+}
+cuda_group cuda_kernels 30 "[kernels]"
+cuda_group cuda_model 30 "[model],[errors]"
+cuda_group cuda_graph 60 "[graph]"
+cuda_group cuda_replica 45 "[replica]"
+cuda_group cuda_sync 20 "[sync]"
+cuda_group cuda_rest 20 "~[kernels]~[model]~[errors]~[graph]~[replica]~[sync]"
+
+# --- NCCL: 1 rank, then 2 and 4 ranks sharing the GPU -------------------------------------
+# NCCL_DEBUG=WARN says why NCCL fails; NCCL_CUMEM_HOST_ENABLE=0 avoids its
+# host-memory probe, known to crash on drivers before 595. A step that fails
+# so is tried once more without NCCL_CUMEM_HOST_ENABLE=0 and records both
+# tries; the retry's verdict is the step's. SYNCOPT_GPU_CHECK_FAIL_FIRST=NAME
+# (dry run only) makes step NAME's first try fail, to walk the retry path.
+nccl_try() {  # NAME NP LIMIT ENV...
+  local name="$1" np="$2" limit="$3"
+  shift 3
+  if [[ "$DRY" == 1 && "${SYNCOPT_GPU_CHECK_FAIL_FIRST:-}" == "${name%_retry}" && "$name" != *_retry ]]; then
+    run "$name" "$limit" sh -c 'echo "FAIL: the first try fails on purpose (SYNCOPT_GPU_CHECK_FAIL_FIRST)"; exit 1'
+  elif ((!MPI_OK)); then
+    run "$name" "$limit" env "$@" "$W/syncopt_nccl_mpi"  # a singleton MPI process
+  else
+    local x=() kv
+    for kv in "$@"; do x+=(-x "${kv%%=*}"); done
+    run "$name" "$limit" env "$@" "$MPIRUN" -np "$np" "${x[@]}" "$W/syncopt_nccl_mpi"
+  fi
+}
+nccl_verdict() {  # NAME: the status of the last try
+  if [[ "$DRY" == 1 ]]; then
+    ((RC == 77)) && echo skipped || echo failed
+  else
+    status_of "$RC"
+  fi
+}
+nccl_step() {  # NAME NP LIMIT
+  if ((!MPI_OK && $2 != 1)); then
+    record "$1" skipped 0 "the carried mpirun does not work here"
+    return
+  fi
+  nccl_try "$1" "$2" "$3" NCCL_DEBUG=WARN NCCL_CUMEM_HOST_ENABLE=0
+  local st first
+  st="$(nccl_verdict)"
+  if [[ "$st" != failed && "$st" != timeout ]]; then
+    if [[ "$DRY" == 1 ]]; then
+      expect_skip "$1"
+    else
+      record "$1" "$st" "$SECS" "NCCL_CUMEM_HOST_ENABLE=0: $TAIL"
+    fi
+    return
+  fi
+  first="first try (NCCL_CUMEM_HOST_ENABLE=0) $st, rc $RC: $TAIL"
+  local secs1=$SECS
+  nccl_try "$1_retry" "$2" "$3" NCCL_DEBUG=WARN
+  st="$(nccl_verdict)"
+  local note="the retry also $st"
+  [[ "$st" == skipped ]] && note="the retry skipped (77)"
+  [[ "$st" == passed ]] && note="the retry passed: NCCL_CUMEM_HOST_ENABLE=0 was what failed"
+  record "$1" "$st" $((secs1 + SECS)) "$note; retry without NCCL_CUMEM_HOST_ENABLE=0, rc $RC: $TAIL; $first"
 }
 nccl_step nccl_np1 1 45
 nccl_step nccl_np2 2 60
@@ -670,15 +748,21 @@ MEMCHECK_RESERVE=45
 BENCH_LIMIT=$(($(left) - 10 - MEMCHECK_RESERVE))
 ((BENCH_LIMIT > 150)) && BENCH_LIMIT=150
 if [[ "$DRY" == 1 ]]; then
-  BENCH_ARGS=(--backend cpu --batches "64,16" --warmup 3 --steps 12 --rounds 2)
+  # Batch 0 is refused by syncopt's config: the bench must record it and go on.
+  BENCH_ARGS=(--backend cpu --batches "64,0,16" --warmup 3 --steps 12 --rounds 2)
 else
   BENCH_ARGS=(--batches "1024,512,128,32" --warmup 20 --steps 100 --rounds 2)
 fi
 run bench "$BENCH_LIMIT" python3 "$ROOT/bench/cnn_cuda_vs_torch.py" --exe "$W/syncopt" \
   "${BENCH_ARGS[@]}" --json "$OUT/bench.json"
 DETAIL="batch, syncopt ms, torch ms, ratio, first steps: $(grep -E '^ +[0-9]+ ' "$WORK/bench.out" | tr -s ' ' | tr '\n' ';')"
-((RC == 0)) || DETAIL="rc $RC, batches done: $(grep -c '"batch"' "$OUT/bench.json" 2>/dev/null || echo 0); $TAIL"
-record bench "$(status_of "$RC")" "$SECS" "$DETAIL" "$OUT/bench.json"
+FAILED_BATCHES="$(helper get failed_batches "$OUT/bench.json" 2>/dev/null)"
+ST="$(status_of "$RC")"
+((RC == 0)) || DETAIL="rc $RC, failed batches: ${FAILED_BATCHES:-none}; $DETAIL; $TAIL"
+if [[ "$DRY" == 1 && "$RC" == 1 && "$FAILED_BATCHES" == 0 ]]; then
+  ST=passed DETAIL="the planted batch 0 failed and the bench went on; $DETAIL"
+fi
+record bench "$ST" "$SECS" "$DETAIL" "$OUT/bench.json"
 
 # --- compute-sanitizer memcheck, last ------------------------------------------------------
 # A timeout says nothing about the memory accesses: inconclusive, not failed.
