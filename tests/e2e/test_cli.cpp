@@ -32,7 +32,7 @@ TEST_CASE("command-line misuse exits 64", "[e2e]") {
   CHECK(run("train").code == 64);  // CONFIG is required
 }
 
-TEST_CASE("config errors exit 78 naming every bad key once", "[e2e]") {
+TEST_CASE("config errors exit 78 naming every bad key once, a missing config 66", "[e2e]") {
   const auto dir = temp_dir("cfg");
   write_text(dir / "bad.toml", "[train]\nbatch = 0\nbogus = 1\n[optim]\nlr = \"fast\"\n");
   const Result r = run("train " + (dir / "bad.toml").string());
@@ -42,8 +42,9 @@ TEST_CASE("config errors exit 78 naming every bad key once", "[e2e]") {
   CHECK(r.output.find("optim.lr") != std::string::npos);
   CHECK(r.output.find("bad.toml") != std::string::npos);
 
+  // A config file that is not there is a missing input (README: 66), not a config error.
   const Result missing = run("train " + (dir / "nope.toml").string());
-  CHECK(missing.code == 78);
+  CHECK(missing.code == 66);
   CHECK(missing.output.find("nope.toml") != std::string::npos);
 
   const Result over = run("train " + src("configs/smoke.toml") + " --set train.batch=-3");
