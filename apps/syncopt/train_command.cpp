@@ -350,6 +350,11 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     print_dry_run(args, job.cfg, job.roles, job.compute, mpi);
     return 0;
   }
+  // A run directory that exists is refused now, not after the data are
+  // loaded (rank 0 owns it; the others agree).
+  comm::agree(MPI_COMM_WORLD, [&] {
+    if (mpi.rank() == 0) train::check_new_run_dir(job.cfg);
+  });
   return local ? train_alone(args, job, inv) : train_distributed(args, job, inv, mpi);
 }
 

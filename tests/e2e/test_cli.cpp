@@ -107,6 +107,15 @@ TEST_CASE("a run writes its records and never overwrites an existing run", "[e2e
   CHECK(second.code == 73);
   CHECK(second.output.find("run.overwrite") != std::string::npos);
   CHECK(read_text(run_dir / "steps.jsonl") == before);
+  // Refused before the data are loaded: a data path that does not exist
+  // (66 once loaded) still gets 73, with how to repeat it under a new name.
+  const Result early =
+      run(base + " --set data.name=idx --set data.path=" + (dir / "none").string());
+  CHECK(early.code == 73);
+  CHECK(early.output.find("syncopt train " + (run_dir / "config.toml").string()) !=
+        std::string::npos);
+  CHECK(early.output.find("--set run.name=") != std::string::npos);
+  CHECK(early.output.find("--set run.resume=true") != std::string::npos);
 
   const Result forced = run(base + " --set run.overwrite=true --set train.steps=3");
   CHECK(forced.code == 0);
