@@ -1,4 +1,5 @@
-// What `--help` shows a user: help that fits a terminal (issue 28).
+// What `--help` and the SLURM templates show a user: help that fits a
+// terminal, and the same site lines in both sbatch templates (issue 28).
 #include <catch2/catch.hpp>
 #include <sstream>
 #include <string>
@@ -29,6 +30,15 @@ std::vector<std::string> subcommands(const std::string& help) {
     } else if (in_block && !line.starts_with("  ")) {
       in_block = false;
     }
+  }
+  return out;
+}
+
+// The `##SBATCH` site lines of a template, in order.
+std::vector<std::string> site_lines(const std::string& text) {
+  std::vector<std::string> out;
+  for (const auto& line : lines_of(text)) {
+    if (line.starts_with("##SBATCH")) out.push_back(line);
   }
   return out;
 }
@@ -64,4 +74,11 @@ TEST_CASE("simulate --help's --from text ends its sentence", "[e2e][cli]") {
   }
   CHECK(flat.find("the shard's apply times drawn from the run's measured ones") !=
         std::string::npos);
+}
+
+TEST_CASE("both SLURM templates carry the same site lines", "[e2e]") {
+  const auto train = site_lines(read_text(src("scripts/slurm/train.sbatch")));
+  const auto sweep = site_lines(read_text(src("scripts/slurm/sweep.sbatch")));
+  CHECK(train.size() >= 6);
+  CHECK(sweep == train);
 }
