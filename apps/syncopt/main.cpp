@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +38,58 @@ std::string subcommand_list(const CLI::App& app) {
   }
   return out;
 }
+
+// CLI11 (2.1) prints each description, footer and option text on one line
+// however long (`syncopt --help` had one of 992 characters). Help is wrapped
+// at kHelpWidth columns; a continuation is indented like the text it
+// continues: an option's description column, or the line's own indent.
+constexpr std::size_t kHelpWidth = 100;
+
+std::string wrap_help(const std::string& text, std::size_t column) {
+  std::string out;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (line.size() <= kHelpWidth) {
+      out += line + (end < text.size() ? "\n" : "");
+      continue;
+    }
+    const bool option_row = line.starts_with("  ") && line[2] != ' ' && column >= 4 &&
+                            line.size() > column && line[column - 1] == ' ' &&
+                            line[column - 2] == ' ' && line[column] != ' ';
+    const std::size_t indent =
+        option_row ? column : std::min(line.find_first_not_of(' '), kHelpWidth / 2);
+    std::string row = line.substr(0, indent);
+    bool first_word = true;
+    for (std::size_t i = indent; i < line.size();) {
+      std::size_t j = line.find(' ', i);
+      if (j == std::string::npos) j = line.size();
+      const std::string word = line.substr(i, j - i);
+      if (!first_word && row.size() + 1 + word.size() > kHelpWidth) {
+        out += row + "\n";
+        row = std::string(indent, ' ') + word;
+      } else {
+        row += (first_word ? "" : " ") + word;
+      }
+      first_word = false;
+      i = line.find_first_not_of(' ', j);
+      if (i == std::string::npos) break;
+    }
+    out += row + (end < text.size() ? "\n" : "");
+  }
+  return out;
+}
+
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_help(const CLI::App* app, std::string name,
+                        CLI::AppFormatMode mode) const override {
+    return wrap_help(CLI::Formatter::make_help(app, std::move(name), mode), get_column_width());
+  }
+};
 
 // `syncopt trian`: CLI11 would say only that a subcommand is required.
 // Returns the message for a first word that is no subcommand, or "".
@@ -103,6 +156,8 @@ class CommandLine {
 };
 
 CommandLine::CommandLine(int argc, char** argv) {
+  // Before the subcommands are added: each takes its parent's formatter.
+  m_app.formatter(std::make_shared<HelpFormatter>());
   m_app.footer(kExitCodes);
   m_app.require_subcommand(1);
   m_app.set_version_flag("--version", version_text());

@@ -80,7 +80,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
                   "measured compute time and overhead per gradient (arrival - answer - compute - "
                   "straggler delay - network - the shard's expected poll wait) are replayed "
                   "round by round (workers answered together replay one recorded pass), the "
-                  "shard's apply times drawn from the run's")
+                  "shard's apply times drawn from the run's measured ones")
       ->type_name("RUN_DIR");
   cmd->add_flag("-q,--quiet", args.quiet, "Print only the run directory");
   cmd->footer(

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -230,14 +231,46 @@ void name_the_run(const TrainArgs& args, const syncopt::comm::MpiSession& mpi,
   cfg.run.name = again;
 }
 
-// A stopped run says how to continue it.
+// The launcher words to put before the program in a command that starts the
+// run again as this launch was started: mpirun's own line (options
+// included) when it is this rank's parent, else `srun ... -n W` or `mpirun
+// -np W`; empty in a world of one rank.
+std::string launch_prefix(const std::string& program, int world) {
+  using namespace syncopt;
+  if (world == 1) return "";
+  const std::string launcher = rundir::launcher_name(world);
+  if (launcher == "srun") {
+    const char* mpi = std::getenv("SLURM_MPI_TYPE");
+    return std::string("srun") + (mpi != nullptr ? std::string(" --mpi=") + mpi : "") + " -n " +
+           std::to_string(world);
+  }
+  std::vector<std::string> words = rundir::mpirun_words(program);
+  // run.sh's and the SLURM scripts' per-launch variables: a new launch gets
+  // its own, and a line run by hand has none to pass.
+  for (std::size_t i = 0; i + 1 < words.size();) {
+    if (words[i] == "-x" && words[i + 1].starts_with("SYNCOPT_")) {
+      words.erase(words.begin() + static_cast<std::ptrdiff_t>(i),
+                  words.begin() + static_cast<std::ptrdiff_t>(i + 2));
+    } else {
+      ++i;
+    }
+  }
+  if (words.empty()) return "mpirun -np " + std::to_string(world);
+  return shell_words(words);
+}
+
+// A stopped run says how to continue it: the run's own config.toml (which
+// resumes that directory wherever it is), started the way this launch was.
 void print_how_to_resume(const syncopt::rundir::Outcome& outcome,
-                         const std::filesystem::path& run_dir) {
+                         const std::filesystem::path& run_dir, const TrainArgs& args, int world) {
   if (outcome.status() != syncopt::RunStatus::kStopped) return;
-  std::printf(
-      "stopped (%s) with a checkpoint: continue with syncopt train %s --set "
-      "run.resume=true\n",
-      outcome.detail.c_str(), (run_dir / "config.toml").string().c_str());
+  const std::string program = args.argv.empty() ? "syncopt" : args.argv[0];
+  const std::string prefix = launch_prefix(program, world);
+  std::printf("stopped (%s) with a checkpoint: continue with %s%s\n", outcome.detail.c_str(),
+              prefix.empty() ? "" : (prefix + " ").c_str(),
+              shell_words({program, "train", (run_dir / "config.toml").string(), "--set",
+                           "run.resume=true"})
+                  .c_str());
 }
 
 // A world of one rank: the local trainer, and its summary.
@@ -267,7 +300,7 @@ int train_alone(const TrainArgs& args, const Job& job, const syncopt::rundir::In
     std::printf("         test accuracy: not evaluated (the run did not complete)\n");
   }
   std::printf("         run directory: %s\n", r.run_dir.string().c_str());
-  print_how_to_resume(r.outcome, r.run_dir);
+  print_how_to_resume(r.outcome, r.run_dir, args, 1);
   return static_cast<int>(r.outcome.exit_code);
 }
 
@@ -295,7 +328,7 @@ int train_distributed(const TrainArgs& args, const Job& job, const syncopt::rund
     std::printf("\n%s", r.report.c_str());
     std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
                 r.run_dir.string().c_str(), r.run_dir.string().c_str(), r.run_dir.string().c_str());
-    print_how_to_resume(r.outcome, r.run_dir);
+    print_how_to_resume(r.outcome, r.run_dir, args, mpi.size());
   }
   return static_cast<int>(r.outcome.exit_code);
 }
@@ -317,6 +350,11 @@ int run_train(const TrainArgs& args, syncopt::comm::MpiSession& mpi) {
     print_dry_run(args, job.cfg, job.roles, job.compute, mpi);
     return 0;
   }
+  // A run directory that exists is refused now, not after the data are
+  // loaded (rank 0 owns it; the others agree).
+  comm::agree(MPI_COMM_WORLD, [&] {
+    if (mpi.rank() == 0) rundir::check_new_run_dir(job.cfg);
+  });
   return local ? train_alone(args, job, inv) : train_distributed(args, job, inv, mpi);
 }
 

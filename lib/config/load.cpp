@@ -66,10 +66,13 @@ class Loader {
   void read_file(const std::string& path) {
     std::error_code ec;
     const auto status = std::filesystem::status(path, ec);
+    // A file that is not there, or cannot be read, is a missing input (66,
+    // as for data), not a config error (78): nothing was read to be wrong.
     if (!std::filesystem::exists(status)) {
-      add(path + ": config file not found; check the path (relative paths start at " +
-          std::filesystem::current_path(ec).string() + ")");
-      return;
+      throw MissingInputError(path +
+                              ": config file not found; check the path (relative paths "
+                              "start at " +
+                              std::filesystem::current_path(ec).string() + ")");
     }
     if (std::filesystem::is_directory(status)) {
       add(path + ": is a directory, not a config file; give the path of a .toml file");
@@ -77,9 +80,8 @@ class Loader {
     }
     std::ifstream in(path, std::ios::binary);
     if (!in) {
-      add(path + ": cannot open the config file (" + std::strerror(errno) +
-          "); check its permissions");
-      return;
+      throw MissingInputError(path + ": cannot open the config file (" + std::strerror(errno) +
+                              "); check its permissions");
     }
     // The file and what it includes, base first (config/include.hpp).
     std::vector<std::string> include_problems;

@@ -44,15 +44,11 @@ std::string first_line(const fs::path& p) {
   return line;
 }
 
-// Who started this process: Open MPI's launchers (mpirun, or orted/prted on
-// other nodes), slurmstepd for srun, else nothing (a shell: one process).
+std::string parent_name() { return first_line("/proc/" + std::to_string(getppid()) + "/comm"); }
+
 json launcher_json(int world) {
-  const std::string parent = first_line("/proc/" + std::to_string(getppid()) + "/comm");
-  std::string launcher = world == 1 ? "none" : "unknown";
-  for (const char* name : {"mpirun", "mpiexec", "orterun", "orted", "prterun", "prted"}) {
-    if (parent.starts_with(name)) launcher = "mpirun";
-  }
-  if (parent.starts_with("slurmstepd")) launcher = "srun";
+  const std::string parent = parent_name();
+  const std::string launcher = launcher_name(world);
   json out = {{"launcher", launcher}, {"parent_process", parent}};
   // The job as SLURM names it; only the variables that are set.
   json slurm = json::object();
@@ -474,6 +470,37 @@ std::string repeat_name(const fs::path& config_path, const std::string& run_dir,
     const std::string name = run_name + "-" + std::to_string(n);
     if (!fs::exists(fs::path(run_dir) / name, ec)) return name;
   }
+}
+
+std::string launcher_name(int world) {
+  // Open MPI's launchers (mpirun, or orted/prted on other nodes), slurmstepd
+  // for srun, else nothing (a shell: one process).
+  const std::string parent = parent_name();
+  std::string launcher = world == 1 ? "none" : "unknown";
+  for (const char* name : {"mpirun", "mpiexec", "orterun", "orted", "prterun", "prted"}) {
+    if (parent.starts_with(name)) launcher = "mpirun";
+  }
+  if (parent.starts_with("slurmstepd")) launcher = "srun";
+  return launcher;
+}
+
+std::vector<std::string> mpirun_words(const std::string& program) {
+  const std::string parent = parent_name();
+  bool mpirun = false;
+  for (const char* name : {"mpirun", "mpiexec", "orterun", "prterun"}) {
+    mpirun = mpirun || parent.starts_with(name);
+  }
+  if (!mpirun || program.empty()) return {};
+  std::ifstream in("/proc/" + std::to_string(getppid()) + "/cmdline", std::ios::binary);
+  std::vector<std::string> words;
+  for (std::string w; std::getline(in, w, '\0');) words.push_back(w);
+  for (std::size_t i = 1; i < words.size(); ++i) {
+    if (words[i] == program) {
+      words.resize(i);
+      return words;
+    }
+  }
+  return {};
 }
 
 }  // namespace syncopt::rundir

@@ -125,4 +125,15 @@ metrics::RunInfo partial_run_info(const std::filesystem::path& run_dir,
 std::string repeat_name(const std::filesystem::path& config_path, const std::string& run_dir,
                         const std::string& run_name);
 
+// Who started this process, from its parent's name: "mpirun" (Open MPI's
+// mpirun or its daemons on other nodes), "srun" (slurmstepd), "none" in a
+// world of one rank started otherwise, else "unknown".
+std::string launcher_name(int world);
+
+// The words of the mpirun command line that started this process, up to the
+// program (`mpirun --enable-recovery -np 7`), read from the parent process;
+// empty when the parent is not mpirun itself (a daemon on another node, srun,
+// a shell) or `program` (this process's argv[0]) is not on its line.
+std::vector<std::string> mpirun_words(const std::string& program);
+
 }  // namespace syncopt::rundir

@@ -90,6 +90,23 @@ void clear_for_overwrite(const fs::path& dir) {
 
 bool resume_may_change(const std::string& key) { return kResumeMayChange.count(key) > 0; }
 
+void check_new_run_dir(const config::Config& cfg) {
+  if (cfg.run.resume || cfg.run.overwrite) return;
+  const auto dir = fs::path(cfg.run.dir) / cfg.run.name;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  const bool in_use = RunLock::held_by_other(dir);
+  const auto holder = RunLock::read_holder(dir);
+  throw OutputError(ExitCode::kCantCreate,
+                    "run directory '" + dir.string() + "' already exists" +
+                        (in_use && holder ? " and is in use by " + holder->describe() : "") +
+                        " and would be overwritten; pick a new name (--set run.name=...), " +
+                        "repeat it under a new name (syncopt train " +
+                        (dir / "config.toml").string() + ", which picks " + cfg.run.name +
+                        "-2, ...), resume it (--set run.resume=true) or replace it "
+                        "(--set run.overwrite=true)");
+}
+
 OpenedRun open_run_dir(const config::Config& cfg, const LockHolder& me) {
   const auto dir = fs::path(cfg.run.dir) / cfg.run.name;
   OpenedRun out;
@@ -97,16 +114,9 @@ OpenedRun open_run_dir(const config::Config& cfg, const LockHolder& me) {
   if (!cfg.run.resume) {
     std::error_code ec;
     const bool existed = fs::exists(dir, ec);
-    if (existed && !cfg.run.overwrite) {
-      const bool in_use = RunLock::held_by_other(dir);
-      const auto holder = RunLock::read_holder(dir);
-      throw OutputError(ExitCode::kCantCreate,
-                        "run directory '" + dir.string() + "' already exists" +
-                            (in_use && holder ? " and is in use by " + holder->describe() : "") +
-                            " and would be overwritten; pick a new name (--set run.name=...), " +
-                            "resume it (--set run.resume=true) or replace it "
-                            "(--set run.overwrite=true)");
-    }
+    // Checked before the data are loaded too (syncopt train); again here, as
+    // another job may have created it since.
+    check_new_run_dir(cfg);
     if (!existed) metrics::create_run_dir(cfg.run.dir, cfg.run.name, false);
     out.lock = RunLock::acquire(dir, me, existed ? "replace" : "start");
     if (existed) clear_for_overwrite(dir);

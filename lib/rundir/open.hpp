@@ -29,6 +29,12 @@ struct OpenedRun {
 // temporaries are removed. The config is checked by check_resume().
 OpenedRun open_run_dir(const config::Config& cfg, const LockHolder& me);
 
+// The first check of open_run_dir for a new run, alone: 73 when
+// <run.dir>/<run.name> exists and neither run.resume nor run.overwrite is
+// set, saying how to pick a new name, repeat, resume or replace it. Run
+// before the data are loaded, so that a repeated command fails at once.
+void check_new_run_dir(const config::Config& cfg);
+
 // Keys a resumed run may change without being another experiment: how it is
 // run and recorded, where its directory is (it may have moved), and the
 // length of training with the schedule keys that depend on it (extending a

@@ -32,7 +32,7 @@ TEST_CASE("command-line misuse exits 64", "[e2e]") {
   CHECK(run("train").code == 64);  // CONFIG is required
 }
 
-TEST_CASE("config errors exit 78 naming every bad key once", "[e2e]") {
+TEST_CASE("config errors exit 78 naming every bad key once, a missing config 66", "[e2e]") {
   const auto dir = temp_dir("cfg");
   write_text(dir / "bad.toml", "[train]\nbatch = 0\nbogus = 1\n[optim]\nlr = \"fast\"\n");
   const Result r = run("train " + (dir / "bad.toml").string());
@@ -42,8 +42,9 @@ TEST_CASE("config errors exit 78 naming every bad key once", "[e2e]") {
   CHECK(r.output.find("optim.lr") != std::string::npos);
   CHECK(r.output.find("bad.toml") != std::string::npos);
 
+  // A config file that is not there is a missing input (README: 66), not a config error.
   const Result missing = run("train " + (dir / "nope.toml").string());
-  CHECK(missing.code == 78);
+  CHECK(missing.code == 66);
   CHECK(missing.output.find("nope.toml") != std::string::npos);
 
   const Result over = run("train " + src("configs/smoke.toml") + " --set train.batch=-3");
@@ -106,6 +107,15 @@ TEST_CASE("a run writes its records and never overwrites an existing run", "[e2e
   CHECK(second.code == 73);
   CHECK(second.output.find("run.overwrite") != std::string::npos);
   CHECK(read_text(run_dir / "steps.jsonl") == before);
+  // Refused before the data are loaded: a data path that does not exist
+  // (66 once loaded) still gets 73, with how to repeat it under a new name.
+  const Result early =
+      run(base + " --set data.name=idx --set data.path=" + (dir / "none").string());
+  CHECK(early.code == 73);
+  CHECK(early.output.find("syncopt train " + (run_dir / "config.toml").string()) !=
+        std::string::npos);
+  CHECK(early.output.find("--set run.name=") != std::string::npos);
+  CHECK(early.output.find("--set run.resume=true") != std::string::npos);
 
   const Result forced = run(base + " --set run.overwrite=true --set train.steps=3");
   CHECK(forced.code == 0);

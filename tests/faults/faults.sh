@@ -774,6 +774,49 @@ resume_ranks)
   grep -q "start a fresh run" "$WORK/log2" && fail "advises a fresh run of the same name"
   [ "$(launch "$WORK/rr" "l['exit_code']")" = 78 ] || fail "run.json does not record the refused launch"
   ;;
+clean_stop)
+  # A stop as a user sees it (issue 28): scripts/run.sh (mpirun
+  # --enable-recovery) stopped by SIGTERM, and a plain mpirun stopped by
+  # SIGUSR1, each end with the report and no PMIX ERROR line, and the resume
+  # command each prints, run as printed, completes the run.
+  A="--set train.mode=sync --set train.backups=1 --set train.steps=300"
+  resume_as_printed() {  # resume_as_printed LOG DIR: runs LOG's "continue with" line
+    local line
+    line=$(sed -n 's/^stopped (.*) with a checkpoint: continue with //p' "$1")
+    [ -n "$line" ] || fail "no resume command in $(basename "$1"): $(tail -3 "$1")"
+    note "printed: $line"
+    eval "timeout -k 5 120 $line" >"$1.resume" 2>&1 </dev/null
+    [ "$(field "$2" "d['status'], d['steps']")" = "completed 300" ] ||
+      fail "the printed command did not complete the run: $(tail -3 "$1.resume")"
+    ! grep -q "PMIX ERROR" "$1.resume" || fail "PMIX ERROR lines after the resume"
+  }
+  (cd "$SRC" && SYNCOPT_BIN="$BIN" SYNCOPT_NP=4 exec scripts/run.sh $(job rs | cut -d' ' -f2-) $A) \
+    >"$WORK/runsh.log" 2>&1 </dev/null &
+  P=$!
+  wait_steps "$WORK/rs" 20
+  kill -TERM $P
+  wait $P
+  RC=$?
+  note "run.sh exit $RC after SIGTERM; the end of its output:"
+  tail -4 "$WORK/runsh.log" | sed 's/^/    /'
+  [ $RC = 75 ] || fail "run.sh exit $RC, expected 75"
+  ! grep -q "PMIX ERROR" "$WORK/runsh.log" || fail "$(grep -c "PMIX ERROR" "$WORK/runsh.log") PMIX ERROR lines after a stop under run.sh"
+  grep -q "continue with mpirun --enable-recovery .*-np 4 " "$WORK/runsh.log" ||
+    fail "the resume command does not name run.sh's mpirun line"
+  resume_as_printed "$WORK/runsh.log" "$WORK/rs"
+  mpirun -np 4 "$BIN" $(job mp) $A >"$WORK/mpirun.log" 2>&1 &
+  P=$!
+  wait_steps "$WORK/mp" 20
+  kill -USR1 $P
+  wait $P
+  RC=$?
+  [ $RC = 75 ] || fail "mpirun exit $RC, expected 75"
+  ! grep -q "PMIX ERROR" "$WORK/mpirun.log" || fail "PMIX ERROR lines after a stop under mpirun"
+  grep -q "continue with mpirun -np 4 $BIN train $WORK/mp/config.toml --set run.resume=true" "$WORK/mpirun.log" ||
+    fail "the resume command is not mpirun's line: $(grep 'continue with' "$WORK/mpirun.log")"
+  resume_as_printed "$WORK/mpirun.log" "$WORK/mp"
+  check_no_orphans
+  ;;
 *)
   echo "unknown scenario $SCENARIO" >&2
   exit 2

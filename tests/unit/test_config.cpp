@@ -179,11 +179,17 @@ TEST_CASE("syntax error names file, line and the key near it", "[config]") {
   CHECK_THAT(msg, Contains("syntax error near train.batch"));
 }
 
-TEST_CASE("missing file and a directory are config errors naming the path", "[config]") {
+TEST_CASE("a missing file is a missing input, a directory a config error, each naming the path",
+          "[config]") {
   const std::string missing =
       (std::filesystem::temp_directory_path() / "syncopt_no_such_dir" / "missing.toml").string();
-  const std::string msg = config_error([&] { cfg::load(missing, {}); });
-  CHECK_THAT(msg, Contains(missing + ": config file not found"));
+  try {
+    cfg::load(missing, {});
+    FAIL("no error for a missing config file");
+  } catch (const syncopt::MissingInputError& e) {
+    CHECK(e.code() == syncopt::ExitCode::kNoInput);
+    CHECK_THAT(e.what(), Contains(missing + ": config file not found"));
+  }
   const std::string dir = std::filesystem::temp_directory_path().string();
   CHECK_THAT(config_error([&] { cfg::load(dir, {}); }), Contains("is a directory"));
 }
