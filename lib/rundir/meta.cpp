@@ -415,9 +415,7 @@ metrics::RunInfo partial_run_info(const fs::path& run_dir,
     info.batch = cfg.train.batch;
     mode_name = config::mode_name(cfg.train.mode);
     ps = cfg.cluster.ps;
-    if (cfg.train.mode != config::Mode::kLocal && cfg.train.mode != config::Mode::kAllreduce) {
-      info.wire = config::to_string(cfg.exchange.wire);
-    }
+    if (config::traits(cfg.train.mode).uses_ps) info.wire = config::to_string(cfg.exchange.wire);
     info.b = config::is_auto(cfg.train.backups)
                  ? 0
                  : static_cast<int>(std::get<std::int64_t>(cfg.train.backups));

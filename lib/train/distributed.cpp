@@ -757,7 +757,7 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   return metrics::format_report(an, metrics::read_jsonl(job.run_dir / "eval.jsonl"));
 }
 
-// Rank 0, everything written: the ranks that watch it may exit (WRITTEN).
+// Rank 0, everything written: the ranks that watch it may end now (WRITTEN).
 void tell_written(Job& job) {
   for (const int r : job.watch->beat_to()) {
     if (job.watch->alive(r)) job.watch->notify(r, Kind::kWritten, 0, 0);
