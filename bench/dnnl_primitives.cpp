@@ -4,11 +4,12 @@
 // backward-weights) and a 1024 x 1024 x 1024 inner product, on one thread.
 // Prints, per primitive and type, the median of 20 runs after 3 warm-ups,
 // GFLOP/s, and the implementation oneDNN chose (avx512_core_amx,
-// avx512_core_bf16, avx512_core, ...). The comparison of two oneDNN versions
-// is bench/dnnl_versions.sh, which builds this file against each.
+// avx512_core_bf16, avx512_core, ...). Two oneDNN versions are compared by
+// building this file against each (-I and -L of its prefix, e.g. Debian's
+// /usr and .deps/onednn-3.2.0 from scripts/fetch-onednn.py) and running both:
 //
-//   g++ -O2 -std=c++17 bench/dnnl_primitives.cpp -ldnnl -fopenmp -o /tmp/p && OMP_NUM_THREADS=1
-//   /tmp/p
+//   g++ -O2 -std=c++17 bench/dnnl_primitives.cpp -I$P/include -L$P/lib -Wl,-rpath,$P/lib
+//     -ldnnl -fopenmp -o /tmp/p && OMP_NUM_THREADS=1 ONEDNN_VERBOSE=1 /tmp/p
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
