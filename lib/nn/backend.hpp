@@ -86,6 +86,12 @@ class Backend {
 // apps/syncopt/platform.cpp.
 std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision = Precision::kFp32);
 
+// Whether oneDNN can run compute.precision = "bf16" on this CPU: it needs
+// AVX-512 (AVX512-BF16 or AMX natively, or emulated on plain AVX-512); an
+// AVX2-only CPU (AMD Zen 3, older Intel) cannot, and make_cpu_backend
+// refuses bf16 there with a ConfigError.
+bool cpu_runs_bf16();
+
 // "oneDNN 3.2.0, cpu isa avx512_core_amx (AMX ...)": the library the CPU
 // backend runs on and the instruction set it dispatches to here (syncopt
 // --version, run.json, the benchmarks).

@@ -54,6 +54,13 @@ std::string cpu_backend_description() {
          std::to_string(v->patch) + ", cpu isa " + isa_name(dnnl::get_effective_cpu_isa());
 }
 
+bool cpu_runs_bf16() {
+  // oneDNN's ISA values are nested bit masks: a superset holds avx512_core's bits.
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & avx512) == avx512;
+}
+
 std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision) {
   if (threads < 0) {
     throw ConfigError("compute.threads must be >= 0 (0 = the OpenMP default), got " +
@@ -62,10 +69,7 @@ std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision) {
   // Set here too so that anything sized by the thread count before the
   // first step (oneDNN primitive creation) sees the same number.
   if (threads > 0) omp_set_num_threads(threads);
-  // oneDNN's ISA values are nested bit masks: a superset holds avx512_core's bits.
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-  if (precision == Precision::kBf16 && (isa & avx512) != avx512) {
+  if (precision == Precision::kBf16 && !cpu_runs_bf16()) {
     throw ConfigError(
         "compute.precision = \"bf16\" needs a CPU with AVX-512 (oneDNN runs bf16 "
         "with AVX512-BF16 or AMX, or emulates it on AVX-512); this one gives " +

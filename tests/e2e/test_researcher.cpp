@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "../common/skip.hpp"
 #include "harness.hpp"
 
 using namespace syncopt_test;
@@ -252,6 +253,9 @@ TEST_CASE("run.json records every file of a config that includes others", "[e2e]
 }
 
 TEST_CASE("a run resumes in the other precision, checkpoints hold FP32", "[e2e][resume][bf16]") {
+  // `syncopt --version` names the ISA oneDNN dispatches to: bf16 needs AVX-512.
+  if (skip_without_cpu_bf16(run("--version").output.find("cpu isa avx512") != std::string::npos))
+    return;
   const auto dir = temp_dir("resume-precision");
   const std::string base = "train " + src("configs/smoke.toml") +
                            " --quiet --set run.dir=" + dir.string() +

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../common/layer_cases.hpp"
+#include "../common/skip.hpp"
 #include "common/bf16.hpp"
 #include "common/error.hpp"
 #include "nn/backend.hpp"
@@ -556,6 +557,7 @@ double check_bf16(const nn::Graph& graph, int batch, std::uint64_t seed, bool mo
 }  // namespace
 
 TEST_CASE("bf16 gradients follow the FP32 oracle within bf16's rounding", "[nn][bf16]") {
+  if (syncopt_test::skip_without_cpu_bf16(nn::cpu_runs_bf16())) return;
   for (const syncopt::test::LayerCase& c : syncopt::test::layer_cases()) {
     DYNAMIC_SECTION(c.name) {
       const double r = check_bf16(c.graph, c.batch, c.seed, false);
@@ -892,8 +894,14 @@ TEST_CASE("make_compute: cpu, cuda without CUDA", "[nn]") {
   CHECK(nn::make_cpu_backend(1)->name() == "cpu");
   syncopt::config::ComputeConfig cc;
   CHECK(app::make_compute(cc).make_backend(0)->name() == "cpu");
-  cc.precision = nn::Precision::kBf16;  // this machine has AVX-512 (every kind CI runs on)
-  CHECK(app::make_compute(cc).make_backend(0)->name() == "cpu");
+  cc.precision = nn::Precision::kBf16;
+  if (nn::cpu_runs_bf16()) {
+    CHECK(app::make_compute(cc).make_backend(0)->name() == "cpu");
+  } else {  // an AVX2-only CPU: refused, saying why and what to use instead
+    CHECK_THROWS_WITH(app::make_compute(cc).make_backend(0),
+                      Catch::Contains("needs a CPU with AVX-512") &&
+                          Catch::Contains("compute.precision = \"fp32\""));
+  }
   cc.precision = nn::Precision::kFp32;
   if (!app::built_with_cuda()) {
     try {
