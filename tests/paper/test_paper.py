@@ -402,7 +402,19 @@ def test_sweeps(syncopt):
         path = os.path.join(ROOT, "configs", "sweeps", f)
         text = open(path).read().splitlines()
         check(any(line.startswith("# ntasks: ") for line in text), f"{f}: a '# ntasks: N' line")
-        lines = [line.strip() for line in text if line.strip() and not line.strip().startswith("#")]
+        lines = []
+        for line in text:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            words = line.split()
+            if "-m" not in words[1:] and "--multi" not in words[1:]:
+                lines.append(line)
+                continue
+            # A grid line: its runs, as sweep.sbatch and scripts/sweep.sh expand it.
+            p = subprocess.run([syncopt, "sweep"] + words, cwd=ROOT, capture_output=True, text=True)
+            check(p.returncode == 0, f"{f}: syncopt sweep expands {line}\n{p.stderr[-500:]}")
+            lines += p.stdout.splitlines()
         check(lines, f"{f}: has runs")
         for line in lines:
             words = line.split()
