@@ -68,10 +68,15 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNAL
 pip_install tensorboard tensorboard
 pip_install lizard lizard
 # The own-data tests (tests/data/test_own_data.py) write HDF5 files with h5py
-# (5 MB) and images with Pillow (Debian's python3 has it through matplotlib).
+# (5 MB) and images with Pillow (Debian's python3 has it through matplotlib);
+# tests/paper/test_syncopt_runs.py reads tables as pandas DataFrames and an
+# export with MLflow's own client (mlflow-skinny: 4 MB, but about 120 MB with
+# what it depends on, 3 minutes here).
 if ((tests)); then
   pip_install h5py h5py
   pip_install PIL pillow
+  pip_install pandas pandas
+  pip_install mlflow mlflow-skinny
 fi
 
 # oneDNN 3 for the CPU backend, unless the caller names one (DNNL_ROOT, or
