@@ -28,7 +28,7 @@ run):
 
 Times are on each run's own clock: wall, or virtual (train.clock =
 "virtual") or simulated (`syncopt simulate`), where an evaluation's time is
-its step's t_apply, not eval.jsonl's wall_s (scripts/runlib.py). A legend
+its step's t_apply, not eval.jsonl's wall_s (scripts/syncopt_runs.py). A legend
 names a run's clock when it is not the wall.
 
 A run that has not completed (no summary.json: running, paused, killed; or
@@ -48,7 +48,7 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import runlib  # noqa: E402
+import syncopt_runs  # noqa: E402
 
 
 def kth_subset(k_max):
@@ -307,10 +307,10 @@ def main():
     args = ap.parse_args()
     if not args.compare and len(args.run_dirs) != 1:
         ap.error("give one run directory, or --compare RUN_DIR...")
-    plt = runlib.pyplot("plot.py")
+    plt = syncopt_runs.pyplot("plot.py")
     try:
-        runs = runlib.load_runs(args.run_dirs)
-    except runlib.RunError as e:
+        runs = syncopt_runs.load_runs(args.run_dirs)
+    except syncopt_runs.RunError as e:
         sys.exit(f"plot.py: {e}")
     for r in runs:
         if r.incomplete:

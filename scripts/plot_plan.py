@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import runlib  # noqa: E402
+import syncopt_runs  # noqa: E402
 
 
 def main():
@@ -24,7 +24,7 @@ def main():
     ap.add_argument("plan", help="a plan.json written by syncopt plan --out")
     ap.add_argument("--out", help="the PNG to write (default: the plan's name with .png)")
     args = ap.parse_args()
-    plt = runlib.pyplot("plot_plan.py")
+    plt = syncopt_runs.pyplot("plot_plan.py")
     try:
         with open(args.plan) as f:
             plan = json.load(f)

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libcli11-dev libspdlog-dev
           catch2 libtomlplusplus-dev nlohmann-json3-dev ocl-icd-opencl-dev libopenblas-dev zlib1g-dev
           dataset-fashion-mnist python3 python3-matplotlib clang-format
-          python3-pip libprotobuf-dev protobuf-compiler)
+          python3-pip libprotobuf-dev protobuf-compiler libhdf5-dev)
 # The SLURM tests (ctest -L slurm, root only) start a private single-node
 # SLURM: scripts/slurm/local-cluster.sh, which installs the same list when run
 # by itself. Installed here so that a test's time limit never pays for apt.
@@ -67,6 +67,17 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNAL
 }
 pip_install tensorboard tensorboard
 pip_install lizard lizard
+# The own-data tests (tests/data/test_own_data.py) write HDF5 files with h5py
+# (5 MB) and images with Pillow (Debian's python3 has it through matplotlib);
+# tests/paper/test_syncopt_runs.py reads tables as pandas DataFrames and an
+# export with MLflow's own client (mlflow-skinny: 4 MB, but about 120 MB with
+# what it depends on, 3 minutes here).
+if ((tests)); then
+  pip_install h5py h5py
+  pip_install PIL pillow
+  pip_install pandas pandas
+  pip_install mlflow mlflow-skinny
+fi
 
 # oneDNN 3 for the CPU backend, unless the caller names one (DNNL_ROOT, or
 # -DDNNL_ROOT= among the cmake arguments).

@@ -42,6 +42,10 @@ struct DataConfig {
   std::int64_t limit_test = 0;           // 0 = all
   std::int64_t synthetic_train = 2048;   // synthetic: examples
   std::int64_t synthetic_test = 512;
+  // npy: file stems in `path`; hdf5: dataset names in the file `path`.
+  std::string train_images = "train_images", train_labels = "train_labels";
+  std::string test_images = "test_images", test_labels = "test_labels";
+  std::int64_t classes = 0;  // npy, hdf5: 0 = the largest label + 1
 
   bool operator==(const DataConfig&) const = default;
 };

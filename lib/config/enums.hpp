@@ -59,7 +59,7 @@ std::vector<std::string_view> enum_names() {
 // run.progress: where rank 0's progress goes (metrics::Progress).
 enum class ProgressOutput { kAuto, kLive, kLines };
 // data.name
-enum class DataSet { kFashionMnist, kIdx, kCifar10, kSynthetic };
+enum class DataSet { kFashionMnist, kIdx, kCifar10, kNpy, kHdf5, kSynthetic };
 // model.name (custom: model.layers)
 // model.name: the model table is nn's (nn/model.hpp).
 using ModelName = nn::Builtin;
@@ -96,9 +96,10 @@ template <> struct EnumTable<ProgressOutput> {
       {ProgressOutput::kLines, "lines"}}};
 };
 template <> struct EnumTable<DataSet> {
-  static constexpr std::array<EnumName<DataSet>, 4> kNames{{
+  static constexpr std::array<EnumName<DataSet>, 6> kNames{{
       {DataSet::kFashionMnist, "fashion-mnist"}, {DataSet::kIdx, "idx"},
-      {DataSet::kCifar10, "cifar10"}, {DataSet::kSynthetic, "synthetic"}}};
+      {DataSet::kCifar10, "cifar10"}, {DataSet::kNpy, "npy"}, {DataSet::kHdf5, "hdf5"},
+      {DataSet::kSynthetic, "synthetic"}}};
 };
 template <> struct EnumTable<ModelName> {
   static constexpr auto kNames = [] {

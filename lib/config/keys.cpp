@@ -58,9 +58,21 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(
           data, name, no_range(), "",
           "Data set: fashion-mnist (Debian package), idx (MNIST-format IDX files in data.path), "
-          "cifar10 (binary batches in data.path), synthetic (seeded, for tests)."),
+          "cifar10 (binary batches in data.path), npy (NumPy .npy arrays in data.path), hdf5 "
+          "(datasets of the HDF5 file data.path), synthetic (seeded, for tests); npy and hdf5 "
+          "stay on disk (docs/data.md)."),
       SYNCOPT_KEY(data, path, no_range(), "non-empty unless data.name = synthetic",
-                  "Directory holding the data set files."),
+                  "Directory holding the data set files; hdf5: the HDF5 file."),
+      SYNCOPT_KEY(data, train_images, no_range(), "non-empty",
+                  "npy: <data.path>/<this>.npy, images N x C x H x W (or N x H x W) of uint8 or "
+                  "float32; hdf5: the dataset of that name (a path in the file)."),
+      SYNCOPT_KEY(data, train_labels, no_range(), "non-empty",
+                  "npy, hdf5: the training labels, integers, shape (N,) or (N, 1)."),
+      SYNCOPT_KEY(data, test_images, no_range(), "non-empty", "npy, hdf5: the test images."),
+      SYNCOPT_KEY(data, test_labels, no_range(), "non-empty", "npy, hdf5: the test labels."),
+      SYNCOPT_KEY(data, classes, within(0, false, 100000, false), "",
+                  "npy, hdf5: number of classes, labels in [0, classes); 0 = the largest label "
+                  "of either set + 1."),
       SYNCOPT_KEY(data, augment, no_range(), "",
                   "Random small rotations and zooms of the training images."),
       SYNCOPT_KEY(data, augment_max_rotate_deg, within(0, false, 180, false), "",

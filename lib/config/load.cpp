@@ -18,6 +18,7 @@
 #include "common/error.hpp"
 #include "config/config.hpp"
 #include "config/include.hpp"
+#include "config/interpolate.hpp"
 #include "config/keys.hpp"
 #include "config/text.hpp"
 #include "config/validate.hpp"
@@ -251,13 +252,20 @@ class Loader {
                                         unknown_key_hint(section, key));
         continue;
       }
+      const std::string origin = r.origin + ":" + std::to_string(kline);
+      if (const auto* s = value.as_string(); s != nullptr && has_reference(s->get())) {
+        m_pending[spec->path()] = {s->get(), origin};  // resolved in finish()
+        m_origin[spec->path()] = origin;
+        continue;
+      }
+      m_pending.erase(spec->path());
       if (auto why = assign(*spec, value, m_cfg)) {
         r.found.emplace_back(kline, why->whole ? r.at(kline) + why->text
                                                : r.at(kline) + spec->path() + ": " + why->text +
                                                      "; write e.g. " + std::string(spec->key) +
                                                      " = " + example_value(*spec));
       } else {
-        m_origin[spec->path()] = r.origin + ":" + std::to_string(kline);
+        m_origin[spec->path()] = origin;
       }
     }
   }
@@ -290,44 +298,23 @@ class Loader {
       return;
     }
 
-    // The value is read as TOML (`k = <value>`), so it is typed like the file.
-    std::optional<toml::table> parsed;
-    try {
-      auto table = toml::parse(std::string_view("v = " + text));
-      if (table.size() == 1 && table.contains("v")) parsed = std::move(table);
-    } catch (const toml::parse_error&) {
-    }
-    const toml::node* node = parsed ? parsed->get("v") : nullptr;
-    // Quotes rarely survive the shell: a string key takes the bare text
-    // (`--set train.mode=async`) unless it was written as a TOML string.
-    const bool named = spec->type == KeyType::kString || spec->type == KeyType::kEnum ||
-                       (spec->type == KeyType::kCountOrAuto && text == "auto");
-    if (named && (node == nullptr || !node->is_string())) {
-      const toml::value<std::string> bare(text);
-      if (auto why = assign(*spec, bare, m_cfg)) {
-        add(where + ": " + why->text);
-        return;
-      }
+    if (has_reference(text)) {
+      m_pending[path] = {text, where};  // resolved in finish()
       m_origin[path] = where;
       return;
     }
-    if (node == nullptr) {
-      add(where + ": " + path + ": expected " + type_name(spec->type) + ", found '" +
-          printable(text) + "' (not a TOML value); write e.g. --set " + path + "=" +
-          example_value(*spec));
-      return;
-    }
-    if (auto why = assign(*spec, *node, m_cfg)) {
-      add(why->whole ? where + ": " + why->text
-                     : where + ": " + path + ": " + why->text + "; write e.g. --set " + path + "=" +
-                           example_value(*spec));
+    m_pending.erase(path);
+    if (auto why = assign_text(*spec, path, text, where)) {
+      add(std::move(*why));
       return;
     }
     m_origin[path] = where;
   }
 
-  // Validates the result; throws one ConfigError listing every problem.
+  // Resolves ${...} (config/interpolate.hpp), validates the result; throws
+  // one ConfigError listing every problem.
   Config finish() {
+    resolve_pending();
     for (const auto& p : check(m_cfg)) {
       const auto it = m_origin.find(p.key);
       add(it != m_origin.end() ? it->second + ": " + p.message : p.message);
@@ -344,9 +331,74 @@ class Loader {
  private:
   void add(std::string problem) { m_problems.push_back(std::move(problem)); }
 
+  // A --set value (or a resolved one), read as TOML (`k = <value>`) so that
+  // it is typed like the file; the problem, if any.
+  std::optional<std::string> assign_text(const KeySpec& spec, const std::string& path,
+                                         const std::string& text, const std::string& where) {
+    std::optional<toml::table> parsed;
+    try {
+      auto table = toml::parse(std::string_view("v = " + text));
+      if (table.size() == 1 && table.contains("v")) parsed = std::move(table);
+    } catch (const toml::parse_error&) {
+    }
+    const toml::node* node = parsed ? parsed->get("v") : nullptr;
+    // Quotes rarely survive the shell: a string key takes the bare text
+    // (`--set train.mode=async`) unless it was written as a TOML string.
+    const bool named = spec.type == KeyType::kString || spec.type == KeyType::kEnum ||
+                       (spec.type == KeyType::kCountOrAuto && text == "auto");
+    if (named && (node == nullptr || !node->is_string())) {
+      const toml::value<std::string> bare(text);
+      if (auto why = assign(spec, bare, m_cfg)) return where + ": " + why->text;
+      return std::nullopt;
+    }
+    if (node == nullptr) {
+      return where + ": " + path + ": expected " + type_name(spec.type) + ", found '" +
+             printable(text) + "' (not a TOML value); write e.g. --set " + path + "=" +
+             example_value(spec);
+    }
+    if (auto why = assign(spec, *node, m_cfg)) {
+      return why->whole ? where + ": " + why->text
+                        : where + ": " + path + ": " + why->text + "; write e.g. --set " + path +
+                              "=" + example_value(spec);
+    }
+    return std::nullopt;
+  }
+
+  void resolve_pending() {
+    auto spec_of_path = [](const std::string& path) -> const KeySpec* {
+      const auto dot = path.find('.');
+      return dot == std::string::npos ? nullptr
+                                      : find_spec(path.substr(0, dot), path.substr(dot + 1));
+    };
+    auto is_key = [&](const std::string& path) { return spec_of_path(path) != nullptr; };
+    auto hint = [](const std::string& path) {
+      const auto dot = path.find('.');
+      if (dot == std::string::npos) return std::string();
+      const std::string section = path.substr(0, dot);
+      return is_section(section) ? unknown_key_hint(section, path.substr(dot + 1))
+                                 : unknown_section_hint(section);
+    };
+    auto value_text = [&](const std::string& path) {
+      const KeySpec& spec = *spec_of_path(path);
+      if (spec.type == KeyType::kString) return field_of<std::string>(spec, m_cfg);
+      if (spec.type == KeyType::kEnum)
+        return std::string(spec.enum_ops->name_of(spec.field(m_cfg)));
+      if (spec.type == KeyType::kCountOrAuto && is_auto(field_of<CountOrAuto>(spec, m_cfg)))
+        return std::string("auto");  // the word, not the TOML string "\"auto\""
+      return format_value(spec, m_cfg);
+    };
+    auto assign_resolved = [&](const std::string& path, const std::string& text,
+                               const std::string& where) {
+      return assign_text(*spec_of_path(path), path, text, where);
+    };
+    for (auto& p : resolve(m_pending, is_key, hint, value_text, assign_resolved)) add(std::move(p));
+    m_pending.clear();
+  }
+
   Config m_cfg;
   std::vector<std::string> m_problems;
   std::map<std::string, std::string> m_origin;  // "section.key" -> "file:line" or "--set ..."
+  std::map<std::string, Pending> m_pending;     // values with ${...}, resolved in finish()
 };
 
 // A config file that says nothing (empty, or comments only): every key

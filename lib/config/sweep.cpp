@@ -3,10 +3,77 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <regex>
 
 #include "common/error.hpp"
+#include "config/config.hpp"
+#include "config/keys.hpp"
 
 namespace syncopt::config {
+namespace {
+
+constexpr std::size_t kMaxRangeValues = 10000;
+
+bool parse_number(const std::string& text, double& out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size() && std::isfinite(out);
+}
+
+bool is_integer_text(const std::string& t) { return t.find_first_of(".eE") == std::string::npos; }
+
+// "range(a,b[,step])" (b excluded) or "a:b[:step]" (b included): the
+// values, or `value` itself when it is neither.
+std::vector<std::string> expand_range(const std::string& arg, const std::string& value) {
+  static const std::regex py(R"(range\(([^,()]+),([^,()]+)(?:,([^,()]+))?\))");
+  static const std::regex colon(R"(([^:]+):([^:]+)(?::([^:]+))?)");
+  std::smatch m;
+  bool inclusive = false;
+  if (std::regex_match(value, m, py)) {
+    inclusive = false;
+  } else if (std::regex_match(value, m, colon)) {
+    inclusive = true;
+  } else {
+    return {value};
+  }
+  const std::string ta = m[1], tb = m[2], ts = m[3].matched ? std::string(m[3]) : "1";
+  double a = 0, b = 0, step = 0;
+  if (!parse_number(ta, a) || !parse_number(tb, b) || !parse_number(ts, step)) {
+    if (!inclusive)
+      throw ConfigError("-m " + arg + ": " + value + ": expected range(start,stop) or " +
+                        "range(start,stop,step) of numbers");
+    return {value};  // a:b that is no range of numbers (a path, a time): a plain value
+  }
+  const std::string usage = "-m " + arg + ": " + value + ": ";
+  if (step == 0) throw ConfigError(usage + "a step of 0");
+  const bool integers = is_integer_text(ta) && is_integer_text(tb) && is_integer_text(ts);
+  const double slack = inclusive ? 1e-9 * std::fabs(step) : -1e-9 * std::fabs(step);
+  std::vector<std::string> out;
+  for (std::size_t i = 0;; ++i) {
+    const double v = a + static_cast<double>(i) * step;
+    if (step > 0 ? v > b + slack : v < b - slack) break;
+    if (out.size() == kMaxRangeValues)
+      throw ConfigError(usage + "more than " + std::to_string(kMaxRangeValues) + " values");
+    char buf[40];
+    if (integers)
+      std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(std::llround(v)));
+    else
+      std::snprintf(buf, sizeof buf, "%.12g", v);
+    out.emplace_back(buf);
+  }
+  if (out.empty())
+    throw ConfigError(usage + "no values (the step goes away from the end" +
+                      std::string(inclusive ? "" : ", or start = stop: range() excludes the stop") +
+                      ")");
+  return out;
+}
+
+}  // namespace
 
 SweepAxis parse_axis(const std::string& arg) {
   const std::string usage =
@@ -26,13 +93,13 @@ SweepAxis parse_axis(const std::string& arg) {
       if (c == quote) quote = 0;
     } else if (c == '"' || c == '\'') {
       quote = c;
-    } else if (c == '[') {
+    } else if (c == '[' || c == '(') {
       ++depth;
-    } else if (c == ']') {
+    } else if (c == ']' || c == ')') {
       --depth;
     } else if (c == ',' && depth == 0) {
       if (value.empty()) throw ConfigError(usage + " (an empty value)");
-      axis.values.push_back(value);
+      for (auto& v : expand_range(arg, value)) axis.values.push_back(std::move(v));
       value.clear();
       continue;
     }
@@ -106,6 +173,93 @@ std::vector<SweepRun> expand(const std::vector<SweepAxis>& axes, const std::stri
       }
     }
     runs = std::move(next);
+  }
+  return runs;
+}
+
+void check_axes(const std::vector<SweepAxis>& axes) {
+  std::string problems;
+  for (const auto& a : axes) {
+    const auto dot = a.key.find('.');
+    const std::string section = a.key.substr(0, dot), key = a.key.substr(dot + 1);
+    if (!detail::is_section(section))
+      problems += "\n  -m " + a.key + ": unknown section [" + section + "]" +
+                  detail::unknown_section_hint(section);
+    else if (detail::find_spec(section, key) == nullptr)
+      problems +=
+          "\n  -m " + a.key + ": unknown key " + a.key + detail::unknown_key_hint(section, key);
+  }
+  if (!problems.empty()) throw ConfigError("the sweep names keys that do not exist:" + problems);
+}
+
+namespace {
+
+// The problems of a ConfigError, one per entry ("invalid configuration: ...:"
+// and its indented lines, or the whole message).
+std::vector<std::string> problems_of(const std::string& what) {
+  std::vector<std::string> out;
+  if (what.rfind("invalid configuration:", 0) != 0) return {what};
+  std::size_t pos = what.find('\n');
+  while (pos != std::string::npos) {
+    const std::size_t next = what.find('\n', pos + 1);
+    std::string line = what.substr(pos + 1, next == std::string::npos ? next : next - pos - 1);
+    line.erase(0, line.find_first_not_of(' '));
+    if (!line.empty()) out.push_back(line);
+    pos = next;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<SweepRun> check_runs(const std::string& config_path,
+                                 const std::vector<std::string>& overrides,
+                                 std::vector<SweepRun> runs) {
+  std::vector<std::string> order;                       // problems, first seen first
+  std::map<std::string, std::vector<std::string>> who;  // problem -> runs
+  std::vector<std::string> resolved(runs.size());
+  std::size_t failed = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    auto all = overrides;
+    all.insert(all.end(), runs[i].overrides.begin(), runs[i].overrides.end());
+    try {
+      resolved[i] = load(config_path, all).run.name;
+    } catch (const ConfigError& e) {
+      ++failed;
+      for (const auto& p : problems_of(e.what())) {
+        if (who[p].empty()) order.push_back(p);
+        who[p].push_back(runs[i].name);
+      }
+    }
+  }
+  if (failed > 0) {
+    std::string text = "the sweep has runs that are not valid configs (" + std::to_string(failed) +
+                       " of " + std::to_string(runs.size()) + " runs):";
+    for (const auto& p : order) {
+      const auto& names = who[p];
+      text += "\n  " + p + "\n    ";
+      if (names.size() == runs.size()) {
+        text += "in every run";
+      } else {
+        text +=
+            "in " + std::to_string(names.size()) + " run" + (names.size() == 1 ? "" : "s") + ": ";
+        for (std::size_t k = 0; k < names.size() && k < 8; ++k) text += (k ? ", " : "") + names[k];
+        if (names.size() > 8) text += ", ...";
+      }
+    }
+    throw ConfigError(text);
+  }
+  const bool templated = std::any_of(resolved.begin(), resolved.end(),
+                                     [&](const std::string& n) { return n != resolved.front(); });
+  if (!templated) return runs;
+  std::map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (const auto it = seen.find(resolved[i]); it != seen.end())
+      throw ConfigError("run.name resolves to '" + resolved[i] + "' for two runs (" +
+                        runs[it->second].name + " and " + runs[i].name +
+                        "): name them by every swept key, e.g. ${train.backups}");
+    seen[resolved[i]] = i;
+    runs[i].name = resolved[i];
   }
   return runs;
 }

@@ -25,7 +25,7 @@ void BatchLoader::next() {
   for (int i = 0; i < m_batch; ++i) {
     const auto idx = m_indices[static_cast<std::size_t>(i)];
     float* dst = m_images.data() + i * size;
-    std::copy_n(m_data.image(idx), size, dst);
+    m_data.read(idx, 1, dst);
     if (m_augment) {
       augment_image(dst, m_data.channels, m_data.height, m_data.width, m_aug, m_rng, m_scratch);
     }

@@ -119,6 +119,74 @@ Dataset make_synthetic(std::int64_t count, int channels, int height, int width, 
   return ds;
 }
 
+void Dataset::read(std::int64_t first, std::int64_t n, float* out) const {
+  if (first < 0 || n < 0 || first > count - n)
+    throw InternalError(name + ": images " + std::to_string(first) + ".." +
+                        std::to_string(first + n) + " asked of a set of " + std::to_string(count));
+  const std::int64_t size = image_size();
+  if (in_memory()) {
+    std::copy_n(images.data() + first * size, n * size, out);
+    return;
+  }
+  source->read(first, n, out);
+  if (mean.empty()) return;  // not standardised (yet)
+  const std::int64_t plane = std::int64_t{height} * width;
+  for (std::int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < channels; ++c) {
+      float* p = out + i * size + c * plane;
+      for (std::int64_t j = 0; j < plane; ++j) p[j] = (p[j] - mean[c]) * inv_std[c];
+    }
+}
+
+namespace {
+
+// Per channel c over all pixels of `ds`: the sums of x and x^2, in double,
+// image by image (the same order in memory and on disk). An on-disk set is
+// read in chunks of about 16 MB whose pages are released as it goes.
+void channel_sums(const Dataset& ds, std::vector<double>& sum, std::vector<double>& sumsq) {
+  const std::int64_t plane = std::int64_t{ds.height} * ds.width;
+  const std::int64_t size = ds.image_size();
+  auto add = [&](const float* img) {
+    for (int c = 0; c < ds.channels; ++c) {
+      double s = 0.0, q = 0.0;
+      for (std::int64_t j = 0; j < plane; ++j) {
+        const double v = img[c * plane + j];
+        s += v;
+        q += v * v;
+      }
+      sum[c] += s;
+      sumsq[c] += q;
+    }
+  };
+  if (ds.in_memory()) {
+    for (std::int64_t i = 0; i < ds.count; ++i) add(ds.image(i));
+    return;
+  }
+  const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{4} << 20) / size);
+  std::vector<float> buf(static_cast<std::size_t>(std::min(chunk, ds.count) * size));
+  for (std::int64_t first = 0; first < ds.count; first += chunk) {
+    const std::int64_t n = std::min(chunk, ds.count - first);
+    ds.source->read(first, n, buf.data());
+    for (std::int64_t i = 0; i < n; ++i) add(buf.data() + i * size);
+    ds.source->release(first, n);
+  }
+}
+
+// Reads every image of an on-disk set once (ImageSource::read refuses a
+// non-finite value), releasing the pages as it goes.
+void check_values(const Dataset& ds) {
+  const std::int64_t size = ds.image_size();
+  const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{4} << 20) / size);
+  std::vector<float> buf(static_cast<std::size_t>(std::min(chunk, ds.count) * size));
+  for (std::int64_t first = 0; first < ds.count; first += chunk) {
+    const std::int64_t n = std::min(chunk, ds.count - first);
+    ds.source->read(first, n, buf.data());
+    ds.source->release(first, n);
+  }
+}
+
+}  // namespace
+
 void standardize(Dataset& train, Dataset& test) {
   // Per channel c over all train pixels: mean_c, std_c (population), both
   // accumulated in double; then x <- (x - mean_c) / std_c in train and test.
@@ -129,19 +197,8 @@ void standardize(Dataset& train, Dataset& test) {
                     std::to_string(train.channels));
   const std::int64_t plane = std::int64_t{train.height} * train.width;
   std::vector<double> sum(train.channels, 0.0), sumsq(train.channels, 0.0);
-  for (std::int64_t i = 0; i < train.count; ++i) {
-    const float* img = train.image(i);
-    for (int c = 0; c < train.channels; ++c) {
-      double s = 0.0, q = 0.0;
-      for (std::int64_t j = 0; j < plane; ++j) {
-        const double v = img[c * plane + j];
-        s += v;
-        q += v * v;
-      }
-      sum[c] += s;
-      sumsq[c] += q;
-    }
-  }
+  channel_sums(train, sum, sumsq);
+  if (!test.in_memory() && test.count > 0) check_values(test);
   const double n = static_cast<double>(train.count) * static_cast<double>(plane);
   std::vector<float> mean(train.channels), inv_std(train.channels);
   for (int c = 0; c < train.channels; ++c) {
@@ -153,6 +210,11 @@ void standardize(Dataset& train, Dataset& test) {
     inv_std[c] = static_cast<float>(sd > 1e-12 ? 1.0 / sd : 1.0);
   }
   for (Dataset* ds : {&train, &test}) {
+    if (!ds->in_memory()) {
+      ds->mean = mean;
+      ds->inv_std = inv_std;
+      continue;
+    }
     const std::int64_t ds_plane = std::int64_t{ds->height} * ds->width;
     for (std::int64_t i = 0; i < ds->count; ++i) {
       float* img = ds->images.data() + i * ds->image_size();
@@ -161,6 +223,50 @@ void standardize(Dataset& train, Dataset& test) {
           img[c * ds_plane + j] = (img[c * ds_plane + j] - mean[c]) * inv_std[c];
     }
   }
+}
+
+namespace {
+
+// The test set of a NumPy or HDF5 pair must have the training set's image
+// shape; with data.classes = 0 both take the larger inferred class count.
+void match_sets(TrainTest& tt, const LoadOptions& opt, const std::string& test_where) {
+  const Dataset &a = tt.train, &b = tt.test;
+  if (a.channels != b.channels || a.height != b.height || a.width != b.width)
+    throw DataError(test_where + ": image shape mismatch: expected " + std::to_string(a.channels) +
+                    "x" + std::to_string(a.height) + "x" + std::to_string(a.width) +
+                    " (C x H x W) as in the training set, found " + std::to_string(b.channels) +
+                    "x" + std::to_string(b.height) + "x" + std::to_string(b.width));
+  if (opt.classes == 0) tt.train.classes = tt.test.classes = std::max(a.classes, b.classes);
+  tt.train.name = tt.test.name = config::to_string(opt.name);
+}
+
+// <dir>/<stem>.npy, or <dir>/<stem> when the name already ends in .npy.
+std::string npy_file(const std::string& dir, const std::string& stem) {
+  const bool has_ext = stem.size() >= 4 && stem.compare(stem.size() - 4, 4, ".npy") == 0;
+  return dir + "/" + stem + (has_ext ? "" : ".npy");
+}
+
+}  // namespace
+
+TrainTest open_on_disk(const LoadOptions& opt) {
+  TrainTest tt;
+  if (opt.name == config::DataSet::kNpy) {
+    const std::string test_images = npy_file(opt.path, opt.test_images);
+    tt.train = read_npy(npy_file(opt.path, opt.train_images), npy_file(opt.path, opt.train_labels),
+                        opt.limit_train, opt.classes);
+    tt.test =
+        read_npy(test_images, npy_file(opt.path, opt.test_labels), opt.limit_test, opt.classes);
+    match_sets(tt, opt, test_images);
+  } else if (opt.name == config::DataSet::kHdf5) {
+    tt.train =
+        read_hdf5(opt.path, opt.train_images, opt.train_labels, opt.limit_train, opt.classes);
+    tt.test = read_hdf5(opt.path, opt.test_images, opt.test_labels, opt.limit_test, opt.classes);
+    match_sets(tt, opt, opt.path + ": dataset " + opt.test_images);
+  } else {
+    throw InternalError("data::open_on_disk: data.name = \"" +
+                        std::string(config::to_string(opt.name)) + "\" is read into memory");
+  }
+  return tt;
 }
 
 TrainTest load(const LoadOptions& opt) {
@@ -192,6 +298,10 @@ TrainTest load(const LoadOptions& opt) {
       tt.test = read_cifar10({opt.path + "/test_batch.bin"}, opt.limit_test);
       break;
     }
+    case config::DataSet::kNpy:
+    case config::DataSet::kHdf5:
+      tt = open_on_disk(opt);
+      break;
     case config::DataSet::kSynthetic:
       // Train and test differ in seed (their examples) but share prototypes.
       tt.train = make_synthetic(opt.synthetic_train, 1, 28, 28, 10, mix_seed(opt.seed, 1));

@@ -4,7 +4,7 @@
 // every rank's host and pid, the launcher and SLURM job ids, the layout of
 // roles, and the start and end times with the outcome. run_status() says
 // what a run directory without summary.json is (running, paused, killed),
-// by the same rules as scripts/runlib.py's run_status(). docs/outputs.md
+// by the same rules as scripts/syncopt_runs.py's run_status(). docs/outputs.md
 // describes the fields.
 #pragma once
 

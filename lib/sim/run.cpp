@@ -31,10 +31,12 @@ std::int64_t nominal_train_count(const config::Config& cfg) {
       count = 50000;
       break;
     case config::DataSet::kIdx:
+    case config::DataSet::kNpy:
+    case config::DataSet::kHdf5:
       if (cfg.train.steps == 0) {
-        throw ConfigError(
-            "data.name = \"idx\" with train.steps = 0: syncopt simulate does not "
-            "read the data set, so it cannot count an epoch; set train.steps");
+        throw ConfigError("data.name = \"" + config::to_string(cfg.data.name) +
+                          "\" with train.steps = 0: syncopt simulate does not read the data "
+                          "set, so it cannot count an epoch; set train.steps");
       }
       break;
   }

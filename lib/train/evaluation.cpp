@@ -16,11 +16,16 @@ namespace syncopt::train {
 EvalResult evaluate(nn::Network& net, const float* params, const data::Dataset& data) {
   const int max_batch = net.max_batch();
   std::vector<float> logits(static_cast<std::size_t>(max_batch) * data.classes);
+  // A set on disk is read a batch at a time; one in memory is used in place.
+  std::vector<float> images;
+  if (!data.in_memory()) images.resize(static_cast<std::size_t>(max_batch * data.image_size()));
   double loss_sum = 0.0;
   std::int64_t correct = 0;
   for (std::int64_t start = 0; start < data.count; start += max_batch) {
     const int n = static_cast<int>(std::min<std::int64_t>(max_batch, data.count - start));
-    net.predict(params, data.image(start), n, logits.data());
+    const float* batch = data.in_memory() ? data.image(start) : images.data();
+    if (!data.in_memory()) data.read(start, n, images.data());
+    net.predict(params, batch, n, logits.data());
     for (int i = 0; i < n; ++i) {
       const float* z = logits.data() + static_cast<std::size_t>(i) * data.classes;
       const int label = data.labels[static_cast<std::size_t>(start + i)];
@@ -104,7 +109,7 @@ void EvalLog::set_batch_norm_set(const data::Dataset& train, int batch, int batc
   const auto size = static_cast<std::size_t>(train.image_size());
   m_bn_images.resize(take * size);
   for (std::size_t i = 0; i < take; ++i) {
-    std::copy(train.image(order[i]), train.image(order[i]) + size, m_bn_images.data() + i * size);
+    train.read(order[i], 1, m_bn_images.data() + i * size);
   }
 }
 

@@ -1,6 +1,7 @@
 // Config -> data and model options (see inputs.hpp).
 #include "train/inputs.hpp"
 
+#include "common/error.hpp"
 #include "nn/graph.hpp"
 
 namespace syncopt::train {
@@ -28,6 +29,20 @@ nn::ModelSpec expected_model_spec(const config::Config& cfg) {
     spec.channels = 3;
     spec.height = spec.width = 32;
   }
+  if (cfg.data.name == config::DataSet::kNpy || cfg.data.name == config::DataSet::kHdf5) {
+    // The files' own shape and classes (headers and labels, no image). When
+    // they cannot be read, the defaults: loading the data says why, after
+    // the run directory's checks, as for every data set.
+    try {
+      const data::TrainTest tt = data::open_on_disk(load_options(cfg));
+      spec.channels = tt.train.channels;
+      spec.height = tt.train.height;
+      spec.width = tt.train.width;
+      spec.classes = tt.train.classes;
+    } catch (const DataError&) {
+    } catch (const MissingInputError&) {
+    }
+  }
   return spec;
 }
 
@@ -45,6 +60,11 @@ data::LoadOptions load_options(const config::Config& cfg) {
   o.limit_test = cfg.data.limit_test;
   o.synthetic_train = cfg.data.synthetic_train;
   o.synthetic_test = cfg.data.synthetic_test;
+  o.train_images = cfg.data.train_images;
+  o.train_labels = cfg.data.train_labels;
+  o.test_images = cfg.data.test_images;
+  o.test_labels = cfg.data.test_labels;
+  o.classes = static_cast<int>(cfg.data.classes);
   o.seed = cfg.run.seed;
   return o;
 }

@@ -108,9 +108,18 @@ simulate() {
 }
 
 # sweep_lines FILE: the runs of a sweep file, one per line (the rules of
-# scripts/slurm/sweep.sbatch: blank and # lines skipped).
+# scripts/slurm/sweep.sbatch: blank and # lines skipped, a grid line with -m
+# expanded in place by `syncopt sweep`).
 sweep_lines() {
-  sed -e 's/^[[:space:]]*//' -e '/^$/d' -e '/^#/d' "$1"
+  local line words
+  while IFS= read -r line; do
+    read -r -a words <<<"$line"
+    if [[ " ${words[*]:1} " == *" -m "* || " ${words[*]:1} " == *" --multi "* ]]; then
+      "$SYNCOPT" sweep "${words[@]}" || die "$1: the grid line '$line' does not expand" 78
+    else
+      echo "$line"
+    fi
+  done < <(sed -e 's/^[[:space:]]*//' -e '/^$/d' -e '/^#/d' "$1")
 }
 
 # sweep_ntasks FILE: the ranks per run, from its "# ntasks: N" line.

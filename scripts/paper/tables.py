@@ -12,7 +12,7 @@
                                               bottom to top, beside the paper's (--json FILE too)
 
 Accuracies are of the EMA of theta (theta-bar) unless --theta. Times are on
-each run's own clock (wall, virtual or simulated; scripts/runlib.py says how
+each run's own clock (wall, virtual or simulated; scripts/syncopt_runs.py says how
 an evaluation's time is found on each). "Time to X" is the time of the first
 evaluation at or above X, so it is only as fine as eval.every_steps /
 eval.every_s; a run that never got there shows "> its last update's time",
@@ -26,7 +26,7 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import runlib  # noqa: E402
+import syncopt_runs  # noqa: E402
 
 
 def fmt_s(x, digits=3):
@@ -57,7 +57,7 @@ def kth_ks(k_max):
 
 def cmd_kth(args):
     parts = []
-    for run in runlib.load_runs(args.runs):
+    for run in syncopt_runs.load_runs(args.runs):
         per_k = run.kth_times()
         if not per_k:
             parts.append(f"**{run.label()}**: no time to the k-th gradient in mode {run.mode}.")
@@ -71,7 +71,7 @@ def cmd_kth(args):
                 continue
             med = statistics.median(xs)
             rows.append([k, len(xs), fmt_s(statistics.fmean(xs)), fmt_s(med),
-                         fmt_s(runlib.quantile(xs, 0.9)), fmt_s(max(xs)),
+                         fmt_s(syncopt_runs.quantile(xs, 0.9)), fmt_s(max(xs)),
                          f"{med / base:.2f}" if base > 0 else "–"])
         parts.append(f"**{run.label()}** ({run.clock} clock, {len(per_k[1])} steps)\n\n" +
                      table(["k", "steps", "mean (s)", "median (s)", "p90 (s)", "max (s)",
@@ -105,7 +105,7 @@ def cmd_tta(args):
     header = ["run", "clock"] + [f"time to {100 * t:g} %" for t in targets] + \
         ["final acc.", "updates", "training time (s)", "s per update (p50)"]
     rows = []
-    for run in runlib.load_runs(args.runs):
+    for run in syncopt_runs.load_runs(args.runs):
         st = run.step_times()
         rows.append([run.label(), run.clock] + [tta_cell(run, t, ema) for t in targets] +
                     [final_acc(run, ema), len(run.shard0), fmt_s(run.span_s(), 1),
@@ -117,7 +117,7 @@ def cmd_tta(args):
 def cmd_nb(args):
     ema = not args.theta
     rows = []
-    for run in sorted(runlib.load_runs(args.runs), key=lambda r: (r.n or 0)):
+    for run in sorted(syncopt_runs.load_runs(args.runs), key=lambda r: (r.n or 0)):
         if run.mode != "sync":
             continue
         t, step = reached(run, args.target, ema)
@@ -190,7 +190,7 @@ def adaptive_summary(runs, target, ema):
 
 def cmd_adaptive(args):
     ema = not args.theta
-    summary = adaptive_summary(runlib.load_runs(args.runs), args.target, ema)
+    summary = adaptive_summary(syncopt_runs.load_runs(args.runs), args.target, ema)
     parts = [f"Target: {100 * args.target:g} % test accuracy of "
              f"{'theta' if args.theta else 'the EMA of theta'}; time on each run's clock, "
              "mean over seeds; '>' marks a lower bound (some seed never got there)."]
@@ -262,7 +262,7 @@ def shards_summary(runs, paper):
     for run in runs:
         s = run.summary
         if not s or s.get("clock") != "simulated":
-            raise runlib.RunError(f"{run.path}: not a finished simulated run (syncopt simulate)")
+            raise syncopt_runs.RunError(f"{run.path}: not a finished simulated run (syncopt simulate)")
         k, shards = s["workers"], s["S"]
         entry = out.setdefault(k, {"N": s["N"], "b": s["b"], "paper_s": paper.get(k),
                                    "variants": {}})
@@ -287,14 +287,14 @@ def shards_summary(runs, paper):
 
 
 def cmd_shards(args):
-    # First: without matplotlib here, runlib.pyplot runs this script again
+    # First: without matplotlib here, syncopt_runs.pyplot runs this script again
     # under Debian's python, which must not find half a table printed.
-    plt = runlib.pyplot("tables.py shards") if args.plot else None
+    plt = syncopt_runs.pyplot("tables.py shards") if args.plot else None
     paper = {}
     for item in (args.paper.split(",") if args.paper else []):
         k, _, s = item.partition(":")
         paper[int(k)] = int(s)
-    summary = shards_summary(runlib.load_runs(args.runs), paper)
+    summary = shards_summary(syncopt_runs.load_runs(args.runs), paper)
     parts = []
     for k in sorted(summary):
         entry = summary[k]
@@ -381,8 +381,8 @@ def layer_summary(run):
     rows = []
     for shard, b, layers, v in run.layer_staleness():
         rows.append({"shard": shard, "bucket": b, "layers": layers or f"bucket {b}",
-                     "mean": statistics.fmean(v), "median": runlib.quantile(v, 0.5),
-                     "p90": runlib.quantile(v, 0.9), "max": max(v), "samples": len(v)})
+                     "mean": statistics.fmean(v), "median": syncopt_runs.quantile(v, 0.5),
+                     "p90": syncopt_runs.quantile(v, 0.9), "max": max(v), "samples": len(v)})
     if not rows:
         return None
     return {"rows": rows, "bottom": rows[0]["mean"], "top": rows[-1]["mean"],
@@ -390,7 +390,7 @@ def layer_summary(run):
 
 
 def plot_layers(runs_and_summaries, path):
-    plt = runlib.pyplot("tables.py")
+    plt = syncopt_runs.pyplot("tables.py")
     fig, (ax, rel) = plt.subplots(1, 2, figsize=(11, 4))
     for run, s in runs_and_summaries:
         x = list(range(len(s["rows"])))
@@ -418,7 +418,7 @@ def plot_layers(runs_and_summaries, path):
 
 def cmd_layers(args):
     parts, done, figures = [], [], {}
-    for run in runlib.load_runs(args.runs):
+    for run in syncopt_runs.load_runs(args.runs):
         s = layer_summary(run)
         if s is None:
             parts.append(f"**{run.label()}**: no per-layer staleness (needs train.mode = async or "
@@ -487,7 +487,7 @@ def main():
     args = ap.parse_args()
     try:
         args.fn(args)
-    except runlib.RunError as e:
+    except syncopt_runs.RunError as e:
         sys.exit(f"tables.py: {e}")
 
 

@@ -2,7 +2,7 @@
 """Tests of what the paper scripts compute (CTest label `paper`), on tiny
 synthetic run directories whose answers are known:
 
-    test_paper.py numbers          scripts/runlib.py and scripts/paper/tables.py
+    test_paper.py numbers          scripts/syncopt_runs.py and scripts/paper/tables.py
     test_paper.py plots            scripts/plot.py --compare and single-run plots, checked
                                    from what the figures draw (--data), not their pixels
                                    (exit 77 without matplotlib: skipped, never passed)
@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "paper"))
-import runlib  # noqa: E402
+import syncopt_runs  # noqa: E402
 import tables  # noqa: E402
 
 FAILURES = []
@@ -88,7 +88,7 @@ def test_partial(root):
     # Killed mid-write: a torn last line is left out, not an error.
     with open(os.path.join(d, "steps.jsonl"), "a") as f:
         f.write('{"step": 4, "shard": 0, "t_st')
-    run = runlib.Run(d)
+    run = syncopt_runs.Run(d)
     check(len(run.shard0) == 3, f"the torn record is left out: {len(run.shard0)} records")
     check(run.status == "unknown" and run.incomplete and "no summary.json (and no run.json)" in
           run.why, f"no run.json: {run.status}: {run.why}")
@@ -102,7 +102,7 @@ def test_partial(root):
     os.makedirs(os.path.join(d, "checkpoints"))
     with open(os.path.join(d, "checkpoints", "latest"), "w") as f:
         f.write("2\n")
-    run = runlib.Run(d)
+    run = syncopt_runs.Run(d)
     check(run.status == "killed" and "is gone" in run.why and "step 2" in run.why,
           f"killed: {run.status}: {run.why}")
     check(run.workers == 5 and run.n == 4 and run.b == 1, "layout from run.json")
@@ -111,14 +111,14 @@ def test_partial(root):
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump({"mode": "sync", "status": "stopped", "stopped": "SIGTERM at step 3",
                    "exit_code": 75}, f)
-    run = runlib.Run(d)
+    run = syncopt_runs.Run(d)
     check(run.status == "stopped" and "SIGTERM at step 3" in run.why, f"stopped: {run.why}")
 
 
 def test_numbers(root):
     # Virtual clock: time to accuracy is the t_apply of the evaluated step.
     d = virtual_run(root, "v", [1.0, 2.0, 0.5, 4.0], [0.5, 0.8, 0.9, 0.95])
-    run = runlib.Run(d)
+    run = syncopt_runs.Run(d)
     check(run.clock == "virtual", "clock read from summary.json")
     got = run.time_to_accuracy(0.85)
     check(got is not None and close(got[0], 3.5) and got[1] == 3,
@@ -137,7 +137,7 @@ def test_numbers(root):
     with open(os.path.join(d, "eval.jsonl"), "a") as f:
         f.write(json.dumps({"step": 0, "wall_s": 5.0, "test_acc": 0.1, "test_acc_ema": 0.1}) + "\n")
         f.write(json.dumps({"step": 9, "wall_s": 6.0, "test_acc": 1, "test_acc_ema": 1}) + "\n")
-    series = runlib.Run(d).eval_series()
+    series = syncopt_runs.Run(d).eval_series()
     check(series[0] == (0, 0.0, 0.1) and all(s != 9 for s, _, _ in series),
           f"step 0 at time 0, unknown steps left out: {series}")
 
@@ -150,7 +150,7 @@ def test_numbers(root):
              {"step": 1, "shard": 1, "version": 0, "t_start": 0.0, "t_apply": 9.0, "grads": []}]
     evals = [{"step": 1, "wall_s": 1.25, "test_acc": 0.7, "test_acc_ema": 0.7},
              {"step": 2, "wall_s": 3.5, "test_acc": 0.9, "test_acc_ema": 0.9}]
-    w = runlib.Run(write_run(root, "w", {"mode": "sync", "N": 2, "b": 1, "workers": 3,
+    w = syncopt_runs.Run(write_run(root, "w", {"mode": "sync", "N": 2, "b": 1, "workers": 3,
                                          "status": "completed"}, steps, evals))
     check(w.clock == "wall", "no clock field: wall")
     got = w.time_to_accuracy(0.8)
@@ -173,7 +173,7 @@ def test_numbers(root):
             virtual_run(a, "auto-s1", [1.05] * 4, accs, "auto", ns=[2, 2, 3, 3]),
             virtual_run(a, "auto-s2", [1.05] * 4, accs, "auto", seed=2, ns=[2, 2, 2, 2]),
             virtual_run(a, "p-b0-s1", [1.0] * 4, accs, "0", model="pareto")]
-    s = tables.adaptive_summary(runlib.load_runs(runs), 0.85, True)
+    s = tables.adaptive_summary(syncopt_runs.load_runs(runs), 0.85, True)
     b = s["bernoulli"]
     check(b["best_b"] == "1" and close(b["best_s"], 2.0), f"best fixed b: {b.get('best_b')}")
     check(b["worst_b"] == "2" and close(b["worst_s"], 20.0) and b["worst_is_lower_bound"],
@@ -186,7 +186,7 @@ def test_numbers(root):
     check("pareto" in s and "auto_over_best" not in s["pareto"], "models kept apart")
     # Slightly slower auto is not within 5 %.
     runs.append(virtual_run(a, "auto-s3", [1.2] * 4, accs, "auto", seed=3))
-    s = tables.adaptive_summary(runlib.load_runs(runs), 0.85, True)
+    s = tables.adaptive_summary(syncopt_runs.load_runs(runs), 0.85, True)
     check(not s["bernoulli"]["within_5pct_of_best"],
           f"auto / best = {s['bernoulli']['auto_over_best']:.3f} is not within 5 %")
 
@@ -224,7 +224,7 @@ def test_layers(root):
                "staleness_by_layer": [{"shard": 0, "bucket": b, "layers": n}
                                       for b, n in enumerate(["conv1..bn1", "s1b1.conv1", "fc"])]}
     d = write_run(root, "layers", summary, steps, [])
-    s = tables.layer_summary(runlib.Run(d))
+    s = tables.layer_summary(syncopt_runs.Run(d))
     check(s is not None and len(s["rows"]) == 3, f"three buckets: {s}")
     check(close(s["rows"][0]["mean"], 3.0), f"bucket 0 mean of 0, 2, 4, 6 (the dropped one left "
           f"out): {s['rows'][0]['mean']}")
@@ -237,9 +237,9 @@ def test_layers(root):
           "| the paper (Inception, §2) | 39.0 | 14.5 | 2.69 |" in p.stdout and "6.00" in p.stdout,
           f"tables.py layers: {p.stdout} {p.stderr}")
     none = write_run(root, "no-layers", {"mode": "sync", "status": "completed"}, steps[:1], [])
-    check(tables.layer_summary(runlib.Run(none)) is not None, "records decide, not the summary")
+    check(tables.layer_summary(syncopt_runs.Run(none)) is not None, "records decide, not the summary")
     flat = [dict(r, grads=[dict(g, layer_staleness=[]) for g in r["grads"]]) for r in steps]
-    check(tables.layer_summary(runlib.Run(write_run(root, "flat", {"mode": "async"}, flat, [])))
+    check(tables.layer_summary(syncopt_runs.Run(write_run(root, "flat", {"mode": "async"}, flat, [])))
           is None, "no per-layer records: None")
 
 
@@ -271,7 +271,7 @@ def test_shards(root):
     # K = 16 without the paper's S among the runs.
     runs.append(sim_run(d, "k16-s1", 16, 1, 6.0))
     runs.append(sim_run(d, "k16-s2", 16, 2, 5.0))
-    s = tables.shards_summary(runlib.load_runs(runs), {8: 16, 16: 3})
+    s = tables.shards_summary(syncopt_runs.load_runs(runs), {8: 16, 16: 3})
     lp = s[8]["variants"]["layers, pipelined"]
     check(lp["best_s"] == 8 and lp["knee_s"] == 4, f"best 8, knee 4: {lp}")
     check(close(lp["at_paper_over_best"], 1.01), f"paper's S 16 at 1.01 x best: {lp}")
@@ -402,7 +402,19 @@ def test_sweeps(syncopt):
         path = os.path.join(ROOT, "configs", "sweeps", f)
         text = open(path).read().splitlines()
         check(any(line.startswith("# ntasks: ") for line in text), f"{f}: a '# ntasks: N' line")
-        lines = [line.strip() for line in text if line.strip() and not line.strip().startswith("#")]
+        lines = []
+        for line in text:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            words = line.split()
+            if "-m" not in words[1:] and "--multi" not in words[1:]:
+                lines.append(line)
+                continue
+            # A grid line: its runs, as sweep.sbatch and scripts/sweep.sh expand it.
+            p = subprocess.run([syncopt, "sweep"] + words, cwd=ROOT, capture_output=True, text=True)
+            check(p.returncode == 0, f"{f}: syncopt sweep expands {line}\n{p.stderr[-500:]}")
+            lines += p.stdout.splitlines()
         check(lines, f"{f}: has runs")
         for line in lines:
             words = line.split()

@@ -1,7 +1,27 @@
-"""Reading syncopt run directories: the numbers that scripts/plot.py and the
-paper scripts (scripts/paper/) compute from them, in one place so that a
-table and a figure never disagree. Standard library only (tomllib: Python
-3.11+), so it runs with any python3 here, matplotlib or not.
+#!/usr/bin/env python3
+"""Reading syncopt run directories from Python: the records as tables
+(pandas DataFrames when pandas is installed, lists of dicts otherwise), the
+run's config, run.json and summary.json as dicts, the numbers that
+scripts/plot.py and the paper scripts (scripts/paper/) compute from them (in
+one place, so that a table and a figure never disagree), and an export to
+MLflow's file store. Standard library only (tomllib: Python 3.11+): pandas
+and MLflow are used when present, never needed.
+
+    import sys; sys.path.insert(0, "scripts")   # or PYTHONPATH=scripts
+    import syncopt_runs
+    run = syncopt_runs.load("runs/fmnist-sync")
+    run.status, run.why              # completed | stopped | failed | running | paused | killed | unknown
+    run.summary, run.run_json, run.config   # summary.json, run.json, config.toml as dicts
+    steps = run.steps_table()        # one row per update per shard (its fields, grads = count, dropped)
+    grads = run.grads_table()        # one row per gradient: step, shard, worker, arrival_s, accepted, ...
+    evals = run.evals_table()        # one row per evaluation: step, wall_s, test_acc, test_acc_ema, ...
+    both = syncopt_runs.evals_table(syncopt_runs.load_runs(["runs/a", "runs/b"]))  # with a run column
+    syncopt_runs.export_mlflow(run, "mlruns")   # then: mlflow ui --backend-store-uri mlruns
+
+Each *_table() takes as_frame=None (a DataFrame if pandas imports, else a
+list of dicts), True (a DataFrame, or RunError without pandas) or False.
+From the shell: `python3 scripts/syncopt_runs.py mlflow RUN... [--to mlruns]
+[--experiment syncopt]`. docs/outputs.md has every field.
 
 A run directory holds config.toml, run.json (how and where it was started),
 steps.jsonl (one record per update per shard), eval.jsonl (test accuracy of
@@ -17,13 +37,17 @@ simulate` ("simulated"). eval.jsonl's wall_s is always real time, so on a
 virtual or simulated clock an evaluation's time is the t_apply of the update
 that made its step (step 0: time 0). See eval_series().
 """
+import argparse
+import datetime
 import json
 import os
+import shutil
 import socket
 import statistics
 import sys
 import time
 import tomllib
+import uuid
 from collections import defaultdict
 
 MODELLED_CLOCKS = ("virtual", "simulated")
@@ -204,6 +228,31 @@ class Run:
         """The latest launch of run.json (its host, pid, layout), or {}."""
         launches = self.run_json.get("launches") or [{}]
         return launches[-1]
+
+    # The records as tables.
+    def steps_table(self, as_frame=None):
+        """One row per update record (every shard): its fields without
+        grads, plus grads (the number received) and dropped (of those, not
+        accepted), as `syncopt export --csv` writes steps.csv."""
+        rows = []
+        for r in self.steps:
+            row = {k: v for k, v in r.items() if k != "grads"}
+            grads = r.get("grads", [])
+            row["grads"] = len(grads)
+            row["dropped"] = sum(1 for g in grads if not g.get("accepted", True))
+            rows.append(row)
+        return table(rows, as_frame)
+
+    def grads_table(self, as_frame=None):
+        """One row per gradient that reached a shard: step, shard, then its
+        fields (worker, arrival_s, version, accepted, staleness, ...)."""
+        rows = [dict({"step": r["step"], "shard": r.get("shard", 0)}, **g)
+                for r in self.steps for g in r.get("grads", [])]
+        return table(rows, as_frame)
+
+    def evals_table(self, as_frame=None):
+        """One row per evaluation, as eval.jsonl has it."""
+        return table([dict(e) for e in self.evals], as_frame)
 
     # What the run was.
     def cfg(self, section, key, default=None):
@@ -397,5 +446,195 @@ def quantile(xs, q):
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def load(path):
+    """The run directory `path` as a Run (RunError when it is not one)."""
+    return Run(path)
+
+
 def load_runs(paths):
     return [Run(p) for p in paths]
+
+
+def table(rows, as_frame=None):
+    """rows (a list of dicts) as a pandas DataFrame (as_frame True, or None
+    when pandas imports) or as they are (False, or None without pandas)."""
+    if as_frame is False:
+        return rows
+    try:
+        import pandas
+    except ImportError:
+        if as_frame:
+            raise RunError("pandas is not installed (pip install pandas); "
+                           "as_frame=False gives lists of dicts") from None
+        return rows
+    return pandas.DataFrame(rows)
+
+
+def evals_table(runs, as_frame=None):
+    """The evaluations of several runs in one table, with a run column."""
+    return table([dict({"run": r.name}, **e) for r in runs for e in r.evals], as_frame)
+
+
+# MLflow's file store (what `mlflow ui --backend-store-uri DIR` and
+# mlflow.MlflowClient("file:DIR") read): DIR/<experiment id>/meta.yaml, and
+# per run DIR/<experiment id>/<run id>/ with meta.yaml, metrics/<key> (lines
+# "timestamp_ms value step"), params/<key>, tags/<key> and artifacts/.
+MLFLOW_STATUS = {"completed": 3, "stopped": 5, "failed": 4, "killed": 4, "running": 1,
+                 "paused": 1, "unknown": 1}  # FINISHED, KILLED, FAILED, RUNNING
+
+
+def _yaml(d):
+    out = []
+    for k, v in d.items():
+        if isinstance(v, str):
+            v = "'" + v.replace("'", "''") + "'"
+        elif v is None:
+            v = "null"
+        elif v == []:
+            v = "[]"
+        out.append(f"{k}: {v}")
+    return "\n".join(out) + "\n"
+
+
+def _read_yaml_name(path):
+    """The name: of an experiment's meta.yaml (the store's own, written by
+    MLflow or by us: one key a line)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("name:"):
+                    return line.split(":", 1)[1].strip().strip("'\"")
+    except OSError:
+        pass
+    return None
+
+
+def _experiment_dir(store, name):
+    """The folder of the experiment called `name` in the store, made if new."""
+    os.makedirs(store, exist_ok=True)
+    ids = []
+    for e in os.listdir(store):
+        meta = os.path.join(store, e, "meta.yaml")
+        if e.isdigit() and os.path.exists(meta):
+            ids.append(int(e))
+            if _read_yaml_name(meta) == name:
+                return os.path.join(store, e), e
+    exp_id = str(max(ids) + 1 if ids else 1)
+    path = os.path.join(store, exp_id)
+    os.makedirs(path)
+    now = int(time.time() * 1000)
+    with open(os.path.join(path, "meta.yaml"), "w") as f:
+        f.write(_yaml({"artifact_location": "file://" + os.path.abspath(path),
+                       "creation_time": now, "experiment_id": exp_id, "last_update_time": now,
+                       "lifecycle_stage": "active", "name": name}))
+    return path, exp_id
+
+
+def _flat_params(config, prefix=""):
+    out = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat_params(v, key + "."))
+        else:
+            out[key] = json.dumps(v) if isinstance(v, (list, dict)) else str(v).lower() \
+                if isinstance(v, bool) else str(v)
+    return out
+
+
+def export_mlflow(run, store="mlruns", experiment="syncopt"):
+    """Writes `run` into the MLflow file store `store` as a run of the
+    experiment `experiment` (made if new): every config key as a parameter
+    (train.mode, optim.lr, ...), per update of shard 0 the metrics loss, lr,
+    step_time_s, gradients_used and dropped, per evaluation test_acc,
+    test_acc_ema, test_loss, test_loss_ema, summary.json's numbers as
+    summary.<key> at the last step, tags (status, mode, host, git commit)
+    and config.toml, run.json and summary.json as artifacts. The MLflow run
+    id is derived from run.json's run_id, so exporting a run again replaces
+    its earlier export. Returns the run id."""
+    exp_dir, exp_id = _experiment_dir(store, experiment)
+    key = run.run_json.get("run_id") or os.path.abspath(run.path)
+    run_id = uuid.uuid5(uuid.NAMESPACE_URL, "syncopt:" + key).hex
+    rdir = os.path.join(exp_dir, run_id)
+    if os.path.isdir(rdir):
+        shutil.rmtree(rdir)
+    for sub in ("metrics", "params", "tags", "artifacts"):
+        os.makedirs(os.path.join(rdir, sub))
+    launches = run.run_json.get("launches") or [{}]
+    try:  # the first launch's start (ISO 8601, UTC), else config.toml's age
+        start_ms = int(datetime.datetime.fromisoformat(launches[0]["start_utc"]).timestamp() * 1000)
+    except (KeyError, TypeError, ValueError):
+        cfg_path = os.path.join(run.path, "config.toml")
+        start_ms = int(1000 * (os.path.getmtime(cfg_path) if os.path.exists(cfg_path) else time.time()))
+    metrics = defaultdict(list)
+    for r in run.shard0:
+        ms = start_ms + int(1000 * r.get("t_apply", 0))
+        for name, value in (("loss", r.get("loss")), ("lr", r.get("lr")),
+                            ("step_time_s", r.get("t_apply", 0) - r.get("t_start", 0)),
+                            ("gradients_used", r.get("used", r.get("n"))),
+                            ("dropped", sum(1 for g in r.get("grads", []) if not g.get("accepted", True)))):
+            if isinstance(value, (int, float)):
+                metrics[name].append((ms, float(value), r["step"]))
+    for e in run.evals:
+        ms = start_ms + int(1000 * e.get("wall_s", 0))
+        for name in ("test_acc", "test_acc_ema", "test_loss", "test_loss_ema"):
+            if isinstance(e.get(name), (int, float)):
+                metrics[name].append((ms, float(e[name]), e["step"]))
+    last = run.shard0[-1]["step"] if run.shard0 else 0
+    end_ms = start_ms + int(1000 * (run.summary.get("wall_s") or 0))
+    for k, v in run.summary.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            metrics["summary." + k].append((end_ms, float(v), last))
+    for name, points in metrics.items():
+        with open(os.path.join(rdir, "metrics", name), "w") as f:
+            f.writelines(f"{ms} {repr(v)} {step}\n" for ms, v, step in points)
+    for name, value in _flat_params(run.config).items():
+        with open(os.path.join(rdir, "params", name), "w") as f:
+            f.write(value)
+    tags = {"mlflow.runName": run.name, "mlflow.source.name": "syncopt",
+            "syncopt.status": run.status, "syncopt.mode": str(run.mode),
+            "syncopt.run_dir": os.path.abspath(run.path)}
+    build = launches[-1].get("syncopt") or {}
+    if build.get("git_commit"):
+        tags["mlflow.source.git.commit"] = str(build["git_commit"])
+    if launches[-1].get("host"):
+        tags["syncopt.host"] = str(launches[-1]["host"])
+    for name, value in tags.items():
+        with open(os.path.join(rdir, "tags", name), "w") as f:
+            f.write(value)
+    for name in ("config.toml", "run.json", "summary.json"):
+        if os.path.exists(os.path.join(run.path, name)):
+            shutil.copy(os.path.join(run.path, name), os.path.join(rdir, "artifacts", name))
+    with open(os.path.join(rdir, "meta.yaml"), "w") as f:
+        f.write(_yaml({"artifact_uri": "file://" + os.path.abspath(os.path.join(rdir, "artifacts")),
+                       "end_time": end_ms if run.summary else None, "entry_point_name": "",
+                       "experiment_id": exp_id, "lifecycle_stage": "active", "run_id": run_id,
+                       "run_name": run.name, "run_uuid": run_id, "source_name": "",
+                       "source_type": 4, "source_version": "", "start_time": start_ms,
+                       "status": MLFLOW_STATUS.get(run.status, 1), "tags": [],
+                       "user_id": os.environ.get("USER", "syncopt")}))
+    return run_id
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="syncopt_runs.py", description="syncopt run directories from the shell.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("mlflow", help="export runs to MLflow's file store")
+    m.add_argument("runs", nargs="+", help="run directories (runs/<name>)")
+    m.add_argument("--to", default="mlruns", help="the store (default mlruns)")
+    m.add_argument("--experiment", default="syncopt", help="experiment name (default syncopt)")
+    args = ap.parse_args(argv)
+    try:
+        for r in load_runs(args.runs):
+            run_id = export_mlflow(r, args.to, args.experiment)
+            print(f"{r.path} -> {args.to} (experiment {args.experiment}, run {run_id}, {r.status})")
+    except RunError as e:
+        print(f"syncopt_runs.py: {e}", file=sys.stderr)
+        return 66
+    print(f"mlflow ui --backend-store-uri {args.to}   # to browse them")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
