@@ -309,6 +309,8 @@ int train_distributed(const TrainArgs& args, const Job& job, const syncopt::rund
                       syncopt::comm::MpiSession& mpi) {
   using namespace syncopt;
   const train::DistributedResult r = train::run_distributed(job.cfg, job.compute, args.quiet, inv);
+  // A peer stopped from now on is ended at exit (the exit window).
+  mpi.watch_exit(r.peers, job.cfg.cluster.dead_after_s);
   if (r.peer_lost && r.dead_ranks.empty()) {
     // A rank of the job died (a shard said so): MPI_Finalize would wait for it.
     mpi.abandon();
