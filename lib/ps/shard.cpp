@@ -1020,7 +1020,8 @@ void Shard::commit_if_complete() {
   if (!m_checkpoints.complete()) return;
   const double t0 = m_st.clock->now();
   const std::uint64_t step = m_checkpoints.step();
-  const auto manifest = checkpoint::commit(m_st.run_dir, step, m_checkpoints.finish_save());
+  const auto manifest =
+      checkpoint::commit(m_st.run_dir, step, m_checkpoints.finish_save(), m_st.checkpoint_stamp);
   checkpoint::prune(m_st.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
   std::uint64_t nbytes = 0;
   for (const auto& f : manifest.files) nbytes += f.nbytes;

@@ -359,6 +359,9 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   st.steps_log = job.steps.get();
   st.eval_file = job.rank == 0 && job.roles.evaluator_rank < 0 ? job.eval_file.get() : nullptr;
   st.run_dir = job.run_dir;
+  if (job.rank == 0) {
+    st.checkpoint_stamp = rundir::checkpoint_stamp(job.cfg, rundir::describe_layout(job.roles));
+  }
   st.resume = job.my_state();
   if (job.rank == 0) {
     st.on_update = [&](std::uint64_t step, std::uint64_t ex, float loss) {

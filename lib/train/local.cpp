@@ -335,6 +335,7 @@ void LocalTrainer::save_checkpoint(std::uint64_t k) {
   s.put_child("records", std::move(rec));
   checkpoint::CheckpointWriter w(m_result.run_dir, k);
   w.add(kPart, s);
+  w.stamp(rundir::checkpoint_stamp(m_cfg, rundir::describe_layout(layout::make_roles(m_cfg, 1))));
   w.commit();
   checkpoint::prune(m_result.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
   m_last_checkpoint_s = m_clock.now();

@@ -135,6 +135,52 @@ PY
   note "the stop never landed in the window in 3 tries"
   exit 77
   ;;
+np_poison)
+  # A resume with the wrong -np is refused (78), and that refused launch
+  # changes nothing: the right -np still resumes, the wrong one is still
+  # told the run's own (the checkpoint's layout, not the last launch's).
+  mpirun -np 4 "$BIN" $(job np) --set train.mode=sync --set train.backups=1 --set train.steps=60 \
+    >"$WORK/log" 2>&1 || fail "first launch: exit $?"
+  for np in 3 3; do
+    mpirun -np $np "$BIN" $(job np) --set train.mode=sync --set train.backups=1 --set train.steps=80 \
+      --set run.resume=true >"$WORK/log-$np" 2>&1
+    RC=$?
+    [ $RC = 78 ] || fail "-np $np: exit $RC, expected 78"
+    grep -q "saved by 4 ranks" "$WORK/log-$np" || fail "-np $np: the refusal does not name the checkpoint's 4 ranks: $(grep -m1 'cannot resume' "$WORK/log-$np")"
+  done
+  note "refused twice with -np 3: $(grep -m1 -o 'cannot resume.*workers' "$WORK/log-3")"
+  mpirun -np 4 "$BIN" $(job np) --set train.mode=sync --set train.backups=1 --set train.steps=80 \
+    --set run.resume=true >"$WORK/log-4" 2>&1 || fail "-np 4 after the refusals: exit $?"
+  [ "$(field "$WORK/np" "d['status'], d['steps']")" = "completed 80" ] || fail "summary: $(field "$WORK/np" "d")"
+  note "-np 4 resumed after the refused launches: $(field "$WORK/np" "d['status'], d['steps']")"
+  ;;
+edited_config)
+  # A stopped run's config.toml edited (optim.lr) and resumed by that file:
+  # refused like the same change by --set (78), naming the key, the value
+  # the run trained with (its checkpoint's stamp) and the file edited. Put
+  # back, it resumes.
+  "$BIN" $(job ed) --set model.name=logreg --set train.steps=30 >"$WORK/log" 2>&1 || fail "first run: exit $?"
+  C=$WORK/ed/config.toml
+  cp "$C" "$WORK/config.orig"
+  sed -i 's/^lr = 0.01$/lr = 0.1/' "$C"
+  grep -q '^lr = 0.1$' "$C" || fail "config.toml has no 'lr = 0.01' line to edit: $(grep -n '^lr' "$C")"
+  "$BIN" train "$C" --quiet --set run.resume=true --set train.steps=40 >"$WORK/log-edited" 2>&1
+  RC=$?
+  [ $RC = 78 ] || fail "edited config.toml: exit $RC, expected 78"
+  grep -q "optim.lr: 0.01 in the run, 0.1 now" "$WORK/log-edited" || fail "the refusal does not name optim.lr: $(cat "$WORK/log-edited")"
+  grep -q "was edited after that checkpoint" "$WORK/log-edited" || fail "the refusal does not say config.toml was edited"
+  note "refused: $(grep -m1 -o 'optim.lr: .* now' "$WORK/log-edited")"
+  [ "$(launch "$WORK/ed" "l['exit_code']")" = 78 ] || fail "run.json does not record the refused launch"
+  cp "$WORK/config.orig" "$C"
+  "$BIN" train "$C" --quiet --set run.resume=true --set train.steps=40 >"$WORK/log-back" 2>&1 ||
+    fail "resume with the values put back: exit $?: $(tail -3 "$WORK/log-back")"
+  [ "$(field "$WORK/ed" "d['steps']")" = 40 ] || fail "summary: $(field "$WORK/ed" "d")"
+  python3 - "$WORK/ed/steps.jsonl" <<'PY' || fail "the lr changed"
+import json, sys
+lrs = {json.loads(l)["lr"] for l in open(sys.argv[1]) if l.strip()}
+sys.exit(0 if lrs == {0.01} or all(abs(x - 0.01) < 1e-9 for x in lrs) else f"lrs {lrs}")
+PY
+  ;;
 *)
   echo "unknown scenario $SCENARIO" >&2
   exit 2
