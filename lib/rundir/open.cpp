@@ -26,7 +26,7 @@ const std::set<std::string> kResumeMayChange = {
     "run.checkpoint_every_steps", "run.keep_checkpoints", "run.progress",
     "run.progress_every_steps", "run.tensorboard", "train.steps", "train.epochs",
     "optim.anneal_epochs", "cluster.dead_after_s", "eval.every_steps", "eval.every_s", "eval.batch",
-    "compute.threads",
+    "compute.threads", "compute.memory_limit_gb",
     // Checkpoints are FP32 (docs/design.md §5):
     "compute.precision", "compute.tf32", "compute.deterministic", "exchange.wire"};
 

@@ -43,6 +43,7 @@
 #include "train/evaluation.hpp"
 #include "train/evaluator.hpp"
 #include "train/inputs.hpp"
+#include "train/memory_check.hpp"
 #include "worker/straggler.hpp"
 #include "worker/worker.hpp"
 
@@ -132,8 +133,19 @@ struct RoleOutcome {
 
 // 1. Every rank loads the data (workers train on it, the evaluator tests on
 //    it) and the straggler model; every rank agrees that it worked.
+Holds memory_role(const Job& job) {
+  if (!job.ps_mode()) return Holds::kTrainer;
+  if (job.role == Role::kWorker) return Holds::kWorker;
+  return job.rank == job.eval_writer ? Holds::kEvaluator : Holds::kShard;
+}
+
 void load_inputs(Job& job) {
   const auto& cfg = job.cfg;
+  const int ranks_here = comm::Communicator(job.ctrl(), comm::Communicator::kNodeLocal).size();
+  comm::agree(job.ctrl(), [&] {
+    // Before anything is allocated: what this rank will hold.
+    check_memory(cfg, memory_role(job), ranks_here);
+  });
   comm::agree(job.ctrl(), [&] {
     job.data = data::load(load_options(cfg));
     if (job.data.train.count < std::max<std::int64_t>(cfg.train.batch, job.roles.workers)) {

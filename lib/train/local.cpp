@@ -25,6 +25,7 @@
 #include "rundir/ending.hpp"
 #include "rundir/lock.hpp"
 #include "train/inputs.hpp"
+#include "train/memory_check.hpp"
 
 namespace syncopt::train {
 
@@ -114,6 +115,7 @@ LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bo
       m_use_ema(cfg.optim.ema > 0.0),
       m_quiet(quiet),
       m_timer(cfg.eval) {
+  check_memory(cfg, Holds::kTrainer, 1);  // before anything is allocated
   if (cfg.stragglers.model != config::StragglerModel::kNone) {
     // Shared configs switch modes with --set train.mode=local: say so, do not refuse.
     spdlog::warn(

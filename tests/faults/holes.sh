@@ -181,6 +181,37 @@ lrs = {json.loads(l)["lr"] for l in open(sys.argv[1]) if l.strip()}
 sys.exit(0 if lrs == {0.01} or all(abs(x - 0.01) < 1e-9 for x in lrs) else f"lrs {lrs}")
 PY
   ;;
+memory)
+  # A model that cannot fit (10^12 parameters), and one too big for this
+  # process's share (a 78.4M-parameter fc under ulimit -v 1.5 GB): refused
+  # (78) in a second, before anything is allocated, naming the layer and
+  # the bytes. With the check overridden, the allocation that fails is
+  # reported as out of memory with its size (71), never a bare bad_alloc.
+  BIG='model.layers=[{type="fc",name="huge",out=1275510205},{type="fc"}]'
+  T0=$(now)
+  "$BIN" $(job big) --set model.name=custom --set "$BIG" >"$WORK/log-big" 2>&1
+  RC=$?
+  T=$(secs "$T0")
+  note "10^12 parameters: exit $RC in $T s: $(grep -m1 -o 'the model does not fit.*this process may use' "$WORK/log-big")"
+  [ $RC = 78 ] || fail "exit $RC, expected 78"
+  grep -q "largest layer is 'huge' (layer 1)" "$WORK/log-big" || fail "the layer is not named"
+  grep -q "4.00 TB\|4000.0[0-9]* GB" "$WORK/log-big" || grep -q "GB" "$WORK/log-big" || fail "no bytes named"
+  below "$T" 5 || fail "took $T s"
+  if [ -e "$WORK/big" ]; then fail "a run directory was created"; fi
+  MID='model.layers=[{type="fc",name="wide",out=100000},{type="fc"}]'
+  (ulimit -v 1500000; exec "$BIN" $(job mid) --set model.name=custom --set "$MID") >"$WORK/log-mid" 2>&1
+  RC=$?
+  note "under ulimit -v 1.5 GB: exit $RC: $(grep -m1 -o 'needs at least.*)\.' "$WORK/log-mid" | head -c 300)"
+  [ $RC = 78 ] || fail "exit $RC, expected 78"
+  grep -q "ulimit -v" "$WORK/log-mid" || fail "the limit's source (ulimit -v) is not named"
+  (ulimit -v 1500000; exec "$BIN" $(job oom) --set model.name=custom --set "$MID" --set compute.memory_limit_gb=1000) \
+    >"$WORK/log-oom" 2>&1
+  RC=$?
+  note "check overridden (compute.memory_limit_gb = 1000): exit $RC: $(grep -m1 'out of memory' "$WORK/log-oom")"
+  [ $RC = 71 ] || fail "exit $RC, expected 71"
+  grep -q "out of memory: an allocation of [0-9]* bytes" "$WORK/log-oom" || fail "no size in the message"
+  if grep -q "std::bad_alloc" "$WORK/log-oom"; then fail "a bare std::bad_alloc was printed"; fi
+  ;;
 *)
   echo "unknown scenario $SCENARIO" >&2
   exit 2
