@@ -27,8 +27,10 @@
 #include "comm/poll.hpp"
 #include "comm/protocol.hpp"
 #include "comm/requests.hpp"
+#include "comm/shard_watch.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/signals.hpp"
 #include "data/dataset.hpp"
 #include "layout/placement.hpp"
 #include "layout/roles.hpp"
@@ -217,6 +219,7 @@ std::optional<std::uint64_t> record_offset(const checkpoint::Checkpoint& ck,
 //    rank of a resumed run reads its part of the latest checkpoint (4.),
 //    and the writers of records open them (cut back to the checkpoint).
 void open_outputs(Job& job) {
+  stops_at_step_boundaries();  // from here a stop is a checkpoint (docs/design.md §10)
   const auto& cfg = job.cfg;
   job.run_dir = std::filesystem::path(cfg.run.dir) / cfg.run.name;
   comm::agree(job.ctrl(), [&] {

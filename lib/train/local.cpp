@@ -186,6 +186,7 @@ LocalResult LocalTrainer::run() {
 
 // A new run, or the state of the latest checkpoint; returns the next step.
 std::uint64_t LocalTrainer::open_outputs() {
+  stops_at_step_boundaries();  // from here a stop is a checkpoint (docs/design.md §10)
   m_result.run_dir = std::filesystem::path(m_cfg.run.dir) / m_cfg.run.name;
   rundir::OpenedRun opened = rundir::open_run_dir(m_cfg, rundir::this_process(m_inv.launch_id));
   m_lock = std::move(opened.lock);

@@ -181,6 +181,50 @@ lrs = {json.loads(l)["lr"] for l in open(sys.argv[1]) if l.strip()}
 sys.exit(0 if lrs == {0.01} or all(abs(x - 0.01) < 1e-9 for x in lrs) else f"lrs {lrs}")
 PY
   ;;
+sigpipe)
+  # A local run piped into head -1: the pipe closes after the first line;
+  # the run goes on (its output lost, not the run) and completes.
+  "$BIN" train "$CFG" --set run.dir="$WORK" --set run.name=pp --set model.name=mlp --set train.steps=200 \
+    --set run.progress=lines --set run.progress_every_steps=10 2>&1 | head -1 >"$WORK/first-line"
+  RC=${PIPESTATUS[0]}
+  note "exit $RC; first line: $(cat "$WORK/first-line")"
+  [ "$RC" = 0 ] || fail "exit $RC (141: killed by SIGPIPE)"
+  [ "$(field "$WORK/pp" "d['status'], d['steps']")" = "completed 200" ] || fail "summary: $(field "$WORK/pp" "d")"
+  ;;
+sighup)
+  # SIGHUP (a closed terminal, a dropped ssh session) stops a local run
+  # like SIGTERM: at a step boundary, with a checkpoint, exit 75; it resumes.
+  "$BIN" $(job hup) --set train.steps=3000 --set run.checkpoint_every_s=3600 >"$WORK/log" 2>&1 &
+  P=$!
+  wait_steps "$WORK/hup" 50
+  kill -HUP $P
+  T0=$(now)
+  wait_bounded $P 30
+  RC=$?
+  note "exit $RC, $(secs "$T0") s after SIGHUP; summary: $(field "$WORK/hup" "d['status'], d.get('stopped')")"
+  [ $RC = 75 ] || fail "exit $RC, expected 75"
+  [ "$(field "$WORK/hup" "d['status']")" = stopped ] || fail "summary: $(field "$WORK/hup" "d")"
+  "$BIN" checkpoints "$WORK/hup" >"$WORK/ck.log" 2>&1 || fail "no checkpoint loads: $(cat "$WORK/ck.log")"
+  note "$(grep '^latest' "$WORK/ck.log")"
+  ;;
+fifo_config)
+  # A config on a FIFO nobody writes (as a hung NFS mount): SIGTERM while it
+  # is being opened ends the process at once (128 + 15), nothing written.
+  mkfifo "$WORK/cfg.toml"
+  "$BIN" train "$WORK/cfg.toml" --set run.dir="$WORK" >"$WORK/log" 2>&1 &
+  P=$!
+  sleep 1
+  kill -0 $P 2>/dev/null || fail "the process ended before the signal: $(cat "$WORK/log")"
+  kill -TERM $P
+  T0=$(now)
+  wait_bounded $P 10
+  RC=$?
+  T=$(secs "$T0")
+  note "exit $RC, $T s after SIGTERM: $(grep -m1 syncopt "$WORK/log")"
+  [ $RC = 143 ] || fail "exit $RC, expected 143"
+  below "$T" 2 || fail "took $T s"
+  grep -q "before training began" "$WORK/log" || fail "no message says what happened"
+  ;;
 memory)
   # A model that cannot fit (10^12 parameters), and one too big for this
   # process's share (a 78.4M-parameter fc under ulimit -v 1.5 GB): refused
