@@ -382,10 +382,47 @@ Checkpoint load_step(const fs::path& run_dir, std::uint64_t step,
   return c;
 }
 
+namespace {
+
+// Without `latest`: "3 of them, steps 100, 200 and 300; the newest that
+// verifies is step 300", or nullopt when no committed checkpoint verifies.
+std::optional<std::string> newest_verified(const fs::path& run_dir) {
+  std::vector<std::uint64_t> steps;
+  try {
+    steps = committed_steps(run_dir);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    try {
+      (void)load_step(run_dir, *it);  // sizes and CRC-32s of every part
+    } catch (const Error&) {
+      continue;
+    }
+    std::string list;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      list += (i == 0 ? "" : i + 1 == steps.size() ? " and " : ", ") + std::to_string(steps[i]);
+    }
+    return std::to_string(steps.size()) +
+           (steps.size() == 1 ? " of them, step " : " of them, steps ") + list +
+           "; the newest that verifies is step " + std::to_string(*it);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Checkpoint load_latest(const fs::path& run_dir, const std::vector<std::string>& only) {
   const auto step = latest_step(run_dir);
   if (!step) {
     const fs::path latest = checkpoints_dir(run_dir) / kLatestName;
+    if (const auto verified = newest_verified(run_dir)) {
+      throw MissingInputError(
+          "'" + latest.string() + "' does not exist, but committed checkpoints do (" + *verified +
+          "): to resume from it, point 'latest' at it (printf '" +
+          verified->substr(verified->rfind(' ') + 1) + "\\n' > " + latest.string() +
+          ") and resume again; syncopt checkpoints " + run_dir.string() + " lists them");
+    }
     const std::string why = exists_noexcept(run_dir)
                                 ? "'" + latest.string() + "' does not exist (no save was committed)"
                                 : "the run directory '" + run_dir.string() + "' does not exist";
@@ -422,7 +459,14 @@ std::vector<fs::path> remove_stale_temporaries(const fs::path& run_dir) {
   const fs::path ckpt = checkpoints_dir(run_dir);
   std::error_code ec;
   if (!fs::is_directory(ckpt, ec)) return removed;
-  const auto latest = latest_step(run_dir);
+  std::optional<std::uint64_t> latest;
+  try {
+    latest = latest_step(run_dir);
+  } catch (const DataError&) {
+    // Which step is the committed one cannot be told: nothing is removed,
+    // and the resume refuses the pointer (65) once run.json records it.
+    return removed;
+  }
   std::vector<fs::path> files, dirs;
   for (const auto& entry : list_dir(ckpt)) {
     const fs::path& p = entry.path();

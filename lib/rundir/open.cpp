@@ -48,7 +48,10 @@ std::map<std::string, std::string> key_values(const std::string& toml) {
   return out;
 }
 
-// The layout of the run's last launch before `current` (run.json), or null.
+// The layout of the run's last launch before `current` that was not refused
+// (run.json), or null. A launch refused as misconfigured (78: another
+// number of ranks, another experiment) trained nothing and changes nothing
+// about what the run can resume with.
 nlohmann::json last_layout(const fs::path& dir, const std::string& current) {
   try {
     const auto doc = nlohmann::json::parse(read_file_bytes(dir / "run.json"));
@@ -142,9 +145,21 @@ OpenedRun open_run_dir(const config::Config& cfg, const LockHolder& me) {
     // another job may have created it since.
     check_new_run_dir(cfg);
     if (!existed) metrics::create_run_dir(cfg.run.dir, cfg.run.name, false);
-    out.lock = RunLock::acquire(dir, me, existed ? "replace" : "start");
-    if (existed) clear_for_overwrite(dir);
-    metrics::write_file_atomic(dir / "config.toml", config::to_toml(cfg));
+    try {
+      out.lock = RunLock::acquire(dir, me, existed ? "replace" : "start");
+      if (existed) clear_for_overwrite(dir);
+      metrics::write_file_atomic(dir / "config.toml", config::to_toml(cfg));
+    } catch (const Error&) {
+      // A directory this start created and could not fill (a full disk)
+      // holds nothing of a run: it goes, so that the same command works
+      // once there is room, instead of finding it taken (73).
+      if (!existed) {
+        out.lock = RunLock();
+        std::error_code rm;
+        fs::remove_all(dir, rm);
+      }
+      throw;
+    }
     return out;
   }
   if (!fs::exists(dir / "config.toml")) {

@@ -19,6 +19,7 @@ cleanup() {
   # Nothing of ours may outlive the test (a stopped rank included).
   pkill -CONT -f "run.dir=$WORK" 2>/dev/null
   pkill -KILL -f "run.dir=$WORK" 2>/dev/null
+  if mountpoint -q "$WORK/full" 2>/dev/null; then umount "$WORK/full"; fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -255,6 +256,82 @@ memory)
   [ $RC = 71 ] || fail "exit $RC, expected 71"
   grep -q "out of memory: an allocation of [0-9]* bytes" "$WORK/log-oom" || fail "no size in the message"
   if grep -q "std::bad_alloc" "$WORK/log-oom"; then fail "a bare std::bad_alloc was printed"; fi
+  ;;
+disk_full_start)
+  # A new run on a full disk (a tmpfs filled up): 74 naming the reason, and
+  # no empty run directory left behind, so the same command works once
+  # there is room (it used to find its own leftover: 73).
+  [ "$(id -u)" = 0 ] || { echo "skip: mounting a tmpfs needs root"; exit 77; }
+  mkdir -p "$WORK/full"
+  mount -t tmpfs -o size=16m tmpfs "$WORK/full" || { echo "skip: cannot mount a tmpfs here"; exit 77; }
+  dd if=/dev/zero of="$WORK/full/filler" bs=4k 2>/dev/null
+  "$BIN" $(job df) --set run.dir="$WORK/full" --set train.steps=20 >"$WORK/log" 2>&1
+  RC=$?
+  note "full disk: exit $RC: $(grep -m1 -o 'cannot.*' "$WORK/log")"
+  [ $RC = 74 ] || fail "exit $RC, expected 74"
+  if [ -e "$WORK/full/df" ]; then fail "the run directory was left: $(ls -la "$WORK/full/df")"; fi
+  rm "$WORK/full/filler"
+  "$BIN" $(job df) --set run.dir="$WORK/full" --set train.steps=20 >"$WORK/log-again" 2>&1 ||
+    fail "the same command with room: exit $?: $(tail -3 "$WORK/log-again")"
+  note "the same command once there is room: $(field "$WORK/full/df" "d['status'], d['steps']")"
+  ;;
+config_files)
+  # /dev/null as the config is an empty file (64); /dev/zero is not read
+  # without bound (78 within seconds); a custom layer that cannot be read is
+  # one problem, not two (no false "needs the layers").
+  "$BIN" train /dev/null --set run.dir="$WORK" >"$WORK/log-null" 2>&1
+  RC=$?
+  note "/dev/null: exit $RC: $(grep -m1 -o 'the config file is empty' "$WORK/log-null")"
+  [ $RC = 64 ] || fail "/dev/null: exit $RC, expected 64"
+  T0=$(now)
+  (ulimit -v 4000000; exec "$BIN" train /dev/zero --set run.dir="$WORK") >"$WORK/log-zero" 2>&1
+  RC=$?
+  T=$(secs "$T0")
+  note "/dev/zero: exit $RC in $T s: $(grep -m1 -o "holds more than.*file" "$WORK/log-zero")"
+  [ $RC = 78 ] || fail "/dev/zero: exit $RC, expected 78"
+  below "$T" 10 || fail "/dev/zero took $T s"
+  "$BIN" $(job lay) --set model.name=custom --set 'model.layers=[{type="fcc"}]' >"$WORK/log-layer" 2>&1
+  RC=$?
+  note "a bad layer: exit $RC: $(grep -m1 'invalid configuration' "$WORK/log-layer")"
+  [ $RC = 78 ] || fail "bad layer: exit $RC, expected 78"
+  grep -q "invalid configuration: 1 problem" "$WORK/log-layer" || fail "not one problem: $(cat "$WORK/log-layer")"
+  if grep -q "needs the layers" "$WORK/log-layer"; then fail "the false second problem is back"; fi
+  ;;
+checkpoint_pointer)
+  # A garbage checkpoints/latest: 65, and run.json records the refusal.
+  # `latest` deleted with committed checkpoints present: 66 saying so and
+  # how to resume; done as it says, the run resumes. steps.jsonl cut short
+  # before the checkpoint's records: 65 saying so ("before", not "after").
+  "$BIN" $(job cp) --set train.steps=40 --set run.checkpoint_every_steps=10 >"$WORK/log" 2>&1 || fail "first run: exit $?"
+  L=$WORK/cp/checkpoints/latest
+  cp "$L" "$WORK/latest.orig"
+  echo "garbage" >"$L"
+  "$BIN" $(job cp) --set train.steps=50 --set run.resume=true >"$WORK/log-garbage" 2>&1
+  RC=$?
+  note "garbage latest: exit $RC; run.json's last launch: $(launch "$WORK/cp" "l['exit_code'], l['status']")"
+  [ $RC = 65 ] || fail "garbage latest: exit $RC, expected 65"
+  [ "$(launch "$WORK/cp" "l['exit_code']")" = 65 ] || fail "run.json does not record the refusal"
+  rm "$L"
+  "$BIN" $(job cp) --set train.steps=50 --set run.resume=true >"$WORK/log-deleted" 2>&1
+  RC=$?
+  note "latest deleted: exit $RC: $(grep -m1 -o "does not exist, but.*" "$WORK/log-deleted" | head -c 300)"
+  [ $RC = 66 ] || fail "latest deleted: exit $RC, expected 66"
+  grep -q "the newest that verifies is step 40" "$WORK/log-deleted" || fail "the message does not name step 40"
+  if grep -q "no save was committed" "$WORK/log-deleted"; then fail "the message still says no save was committed"; fi
+  printf '40\n' >"$L"
+  S=$WORK/cp/steps.jsonl
+  cp "$S" "$WORK/steps.orig"
+  head -c 100 "$WORK/steps.orig" >"$S"
+  "$BIN" $(job cp) --set train.steps=50 --set run.resume=true >"$WORK/log-cut" 2>&1
+  RC=$?
+  note "steps.jsonl cut short: exit $RC: $(grep -m1 -o 'cut short.*missing)' "$WORK/log-cut")"
+  [ $RC = 65 ] || fail "cut steps.jsonl: exit $RC, expected 65"
+  grep -q "cut short before the checkpoint" "$WORK/log-cut" || fail "not described as cut before the checkpoint"
+  cp "$WORK/steps.orig" "$S"
+  "$BIN" $(job cp) --set train.steps=50 --set run.resume=true >"$WORK/log-resume" 2>&1 ||
+    fail "resume as the message said: exit $?: $(tail -3 "$WORK/log-resume")"
+  [ "$(field "$WORK/cp" "d['steps']")" = 50 ] || fail "summary: $(field "$WORK/cp" "d")"
+  [ "$(wc -l <"$S")" = 50 ] || fail "steps.jsonl has $(wc -l <"$S") records, not 50"
   ;;
 *)
   echo "unknown scenario $SCENARIO" >&2
