@@ -680,7 +680,8 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const rundir::Outcome& ou
   } else {
     for (int s = 0; s < job.roles.shards; ++s) {
       if (s != job.rank && gone(job, out, s)) {
-        spdlog::error("shard {} is gone: no final parameters, no final evaluation", s);
+        // Said once already, by whoever found it gone.
+        spdlog::info("shard {} is gone: no final parameters, no final evaluation", s);
         return {};
       }
     }
@@ -915,6 +916,16 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
   } catch (const Error& e) {
     if (job.watch && job.rank != 0 && !job.watch->alive(0)) end_without_rank0(job, e);
     announce(job, e.code());
+    if (const auto* lost = dynamic_cast<const comm::ShardLostError*>(&e);
+        lost != nullptr && lost->shard() != 0 && job.rank != 0) {
+      // Shard 0 watches every rank and reports the dead shard, once (the
+      // ENDING just sent names it too): this rank says one line.
+      throw EndedByPeerError(e.code(), "ends with exit " +
+                                           std::to_string(static_cast<int>(e.code())) + ": shard " +
+                                           std::to_string(lost->shard()) + " (" +
+                                           comm::describe_rank(job.peers, lost->shard()) +
+                                           ") is silent; shard 0 reports it");
+    }
     if (job.rank == 0) {
       rundir::Outcome o = rundir::Outcome::failed(e);
       o.reported_by = rundir::rank_json(job.peers, job.roles, 0);

@@ -333,6 +333,25 @@ checkpoint_pointer)
   [ "$(field "$WORK/cp" "d['steps']")" = 50 ] || fail "summary: $(field "$WORK/cp" "d")"
   [ "$(wc -l <"$S")" = 50 ] || fail "steps.jsonl has $(wc -l <"$S") records, not 50"
   ;;
+dead_shard)
+  # A shard (rank 1 of 2) killed: one error line names it (shard 0's), the
+  # workers each end in one line pointing at it, exit 69 in summary.json.
+  # (Open MPI's own "PMIX ERROR" lines under --enable-recovery are not ours.)
+  mpirun --enable-recovery -np 5 "$BIN" $(job ds) --set train.mode=sync --set cluster.ps=2 \
+    --set train.backups=1 --set train.steps=100000 >"$WORK/log" 2>&1 &
+  P=$!
+  wait_steps "$WORK/ds" 20
+  S=$(rank_pid ds 1) || fail "no rank 1"
+  kill -KILL "$S"
+  wait_bounded $P 60
+  ERRORS=$(grep -E '\] error: |^syncopt: error' "$WORK/log")
+  note "error lines: $(grep -cE '\] error: |^syncopt: error' "$WORK/log"): $ERRORS"
+  [ "$(grep -cE '\] error: |^syncopt: error' "$WORK/log")" = 1 ] || fail "not one error line"
+  grep -q "shard 1" <<<"$ERRORS" || fail "the error line does not name shard 1"
+  [ "$(field "$WORK/ds" "d['exit_code']")" = 69 ] || fail "summary: $(field "$WORK/ds" "d")"
+  [ "$(grep -c 'is silent; shard 0 reports it' "$WORK/log")" = 3 ] || fail "the workers' one-line endings are missing"
+  check_no_orphans
+  ;;
 *)
   echo "unknown scenario $SCENARIO" >&2
   exit 2
