@@ -513,7 +513,7 @@ EOF
 }
 make_wrappers() {
   local b
-  for b in "$BIN"/*; do make_wrapper "$(basename "$b")" "$b"; done
+  for b in "$BIN"/*; do [[ "$b" == *.so ]] || make_wrapper "$(basename "$b")" "$b"; done
   make_wrapper mpirun "$U/bin/orterun"
 }
 make_wrappers
@@ -529,8 +529,8 @@ ldd_all() {
   done
 }
 MISSING="$(ldd_all)"
-echo "syncopt resolves the CUDA libraries to:"
-LD_LIBRARY_PATH="$LIB_PATH" timeout 10 ldd "$BIN/syncopt" | grep -E 'libcud|libcublas|libnccl|libmpi\.|libdnnl' | sed 's/^/  /'
+echo "syncopt's CUDA module resolves the CUDA libraries to:"
+LD_LIBRARY_PATH="$LIB_PATH" timeout 10 ldd "$BIN/libsyncopt_cuda_backend.so" | grep -E 'libcud|libcublas|libnccl|libmpi\.|libdnnl' | sed 's/^/  /'
 if [[ -n "$MISSING" ]]; then
   record bundle failed $((EPOCHSECONDS - t)) "unpacked with $UNPACK; unresolved libraries: $MISSING"
   BUNDLE_OK=0
@@ -586,11 +586,11 @@ if ((!BUNDLE_OK)) || [[ "${SYNCOPT_GPU_CHECK_FORCE_BUILD:-0}" == 1 ]]; then
         -DMPI_CXX_COMPILER='$U/bin/mpicxx.openmpi' -DMPI_C_COMPILER='$U/bin/mpicc.openmpi' \
         -DProtobuf_PROTOC_EXECUTABLE='$U/bin/protoc' -DProtobuf_INCLUDE_DIR='$U/include' \
         -DProtobuf_LIBRARY='$L/libprotobuf.so' -DMPIEXEC_EXECUTABLE='$MPIRUN' &&
-      cmake --build '$WORK/build' -j $(nproc) --target syncopt syncopt_cuda_tests \
-        syncopt_nccl_mpi syncopt_cuda_logic syncopt_cuda_versions"
+      cmake --build '$WORK/build' -j $(nproc) --target syncopt syncopt_cuda_module \
+        syncopt_cuda_tests syncopt_nccl_mpi syncopt_cuda_logic syncopt_cuda_versions"
     if ((RC == 0)); then
-      for b in syncopt tests/syncopt_cuda_tests tests/syncopt_nccl_mpi tests/syncopt_cuda_logic \
-        tests/syncopt_cuda_versions; do
+      for b in syncopt libsyncopt_cuda_backend.so tests/syncopt_cuda_tests tests/syncopt_nccl_mpi \
+        tests/syncopt_cuda_logic tests/syncopt_cuda_versions; do
         cp "$WORK/build/$b" "$BIN/"
       done
       make_wrappers

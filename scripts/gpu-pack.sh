@@ -40,8 +40,10 @@ TRAIN_EXAMPLES="${TRAIN_EXAMPLES:-20000}"
 DATA="${DATA:-/usr/share/datasets/fashion-mnist}"
 CARRY="${GPU_CARRY:-$ROOT/.gpu-carry}"
 XZ_LEVEL="${XZ_LEVEL:-9}"
-BINARIES=(syncopt tests/syncopt_cuda_tests tests/syncopt_nccl_mpi tests/syncopt_cuda_logic
-  tests/syncopt_cuda_versions)
+# libsyncopt_cuda_backend.so: the CUDA backend, which syncopt loads from
+# beside itself when compute.backend = "cuda".
+BINARIES=(syncopt libsyncopt_cuda_backend.so tests/syncopt_cuda_tests tests/syncopt_nccl_mpi
+  tests/syncopt_cuda_logic tests/syncopt_cuda_versions)
 # The base system of any machine that runs CUDA programs, and the CUDA
 # libraries the machine brings (toolkit, PyTorch's wheels): not carried.
 SKIP_RE='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvidia-[a-z]*|libnvrtc[a-z.-]*|libnvJitLink)\.so'
@@ -63,8 +65,8 @@ fi
 grep -Eq '^CMAKE_CUDA_ARCHITECTURES:[A-Z]+=.*\b90\b' "$BUILD/CMakeCache.txt" ||
   { echo "gpu-pack: $BUILD is not built for sm_90 (CMAKE_CUDA_ARCHITECTURES)" >&2; exit 1; }
 say "build ${BINARIES[*]} in $BUILD"
-cmake --build "$BUILD" -j "$JOBS" --target syncopt syncopt_cuda_tests syncopt_nccl_mpi \
-  syncopt_cuda_logic syncopt_cuda_versions
+cmake --build "$BUILD" -j "$JOBS" --target syncopt syncopt_cuda_module syncopt_cuda_tests \
+  syncopt_nccl_mpi syncopt_cuda_logic syncopt_cuda_versions
 
 # --- 2. stage -----------------------------------------------------------------
 STAGE="$(mktemp -d)"

@@ -190,6 +190,18 @@ int run_checkpoints(const std::string& dir, bool fields) {
   std::printf("latest: step %llu, %zu parts, %zu bytes, created %s; sizes and CRC-32 verified\n",
               static_cast<unsigned long long>(*latest), ck.parts.size(), nbytes,
               ck.manifest.created_utc.c_str());
+  // What it resumes to: the layout that saved it (the manifest's stamp).
+  if (const auto& run = ck.manifest.run; run.is_object() && run.contains("layout")) {
+    const auto& l = run["layout"];
+    const int world = l.value("world", 0);
+    std::printf(
+        "saved by %d rank(s), mode %s: %d shard(s), %d worker(s), N %s, b %s; it resumes "
+        "with %d rank(s)%s\n",
+        world, l.value("mode", std::string("?")).c_str(), l.value("shards", 0),
+        l.value("workers", 0), l.value("N", nlohmann::json()).dump().c_str(),
+        l.value("b", nlohmann::json()).dump().c_str(), world,
+        world > 1 ? (" (mpirun -np " + std::to_string(world) + " ...)").c_str() : "");
+  }
   for (const auto& [part, state] : ck.parts) {
     std::printf("  %s\n", part.c_str());
     if (fields) print_fields(state, part + ".");

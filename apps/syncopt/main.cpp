@@ -261,6 +261,17 @@ int report_error(const std::exception_ptr& error, syncopt::comm::MpiSession& mpi
     if (mpi.rank() == 0) record_outcome(e);
     if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
     return code;
+  } catch (const std::bad_alloc& e) {
+    // An allocation failed (OutOfMemory says of how many bytes): not a bug.
+    const int code = static_cast<int>(ExitCode::kOutOfMemory);
+    print_error(mpi, e.what(), "out of memory");
+    std::fputs(
+        "  this process could not get the memory it asked for: use a smaller model or batch, "
+        "fewer ranks per node, or a machine (or ulimit -v, cgroup) with more memory\n",
+        stderr);
+    if (mpi.rank() == 0) record_outcome(Error(ExitCode::kOutOfMemory, e.what()));
+    if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    return code;
   } catch (const std::exception& e) {
     const int code = static_cast<int>(ExitCode::kInternal);
     print_error(mpi, e.what(), "internal error");

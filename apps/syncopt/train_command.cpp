@@ -32,8 +32,10 @@ const char* const kExitCodes =
     "Exit codes: 0 success, 64 command-line usage, 65 malformed input data or a corrupt "
     "checkpoint, 66 missing input file or nothing to resume, 69 the run cannot go on (too few "
     "live workers, a dead shard or evaluator; a checkpoint is saved), 70 internal error or "
-    "divergence, 73 run directory exists or cannot be created, 74 write failed, 75 stopped by "
-    "a signal with a checkpoint (resume with --set run.resume=true), 78 configuration error. "
+    "divergence, 71 out of memory (the size is in the message), 73 run directory exists or "
+    "cannot be created, 74 write failed, 75 stopped by a signal with a checkpoint (resume with "
+    "--set run.resume=true), 78 configuration error (also a model that cannot fit in memory), "
+    "128+N ended by signal N before training began. "
     "Under mpirun --enable-recovery mpirun itself exits 0 whatever happened: the run's outcome "
     "is in runs/<name>/summary.json (status, exit_code).";
 
@@ -309,6 +311,8 @@ int train_distributed(const TrainArgs& args, const Job& job, const syncopt::rund
                       syncopt::comm::MpiSession& mpi) {
   using namespace syncopt;
   const train::DistributedResult r = train::run_distributed(job.cfg, job.compute, args.quiet, inv);
+  // A peer stopped from now on is ended at exit (the exit window).
+  mpi.watch_exit(r.peers, job.cfg.cluster.dead_after_s);
   if (r.peer_lost && r.dead_ranks.empty()) {
     // A rank of the job died (a shard said so): MPI_Finalize would wait for it.
     mpi.abandon();

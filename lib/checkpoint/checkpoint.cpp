@@ -139,11 +139,12 @@ std::string manifest_json(const Manifest& m) {
   for (const auto& f : m.files) {
     files.push_back({{"part", f.part}, {"file", f.file}, {"nbytes", f.nbytes}, {"crc32", f.crc32}});
   }
-  const json j = {{"format", kFormatName},
-                  {"format_version", m.format_version},
-                  {"step", m.step},
-                  {"created_utc", m.created_utc},
-                  {"files", files}};
+  json j = {{"format", kFormatName},
+            {"format_version", m.format_version},
+            {"step", m.step},
+            {"created_utc", m.created_utc},
+            {"files", files}};
+  if (!m.run.is_null()) j["run"] = m.run;
   return j.dump(2) + "\n";
 }
 
@@ -202,6 +203,7 @@ Manifest parse_manifest(const std::string& text, const fs::path& path, std::uint
     }
     m.files.push_back(std::move(e));
   }
+  if (j.contains("run")) m.run = field(j, "run", json::value_t::object);
   return m;
 }
 
@@ -248,14 +250,15 @@ void write_part(const fs::path& run_dir, std::uint64_t step, const std::string& 
   write_file_atomic(dir / (part + kPartSuffix), state.serialize());
 }
 
-Manifest commit(const fs::path& run_dir, std::uint64_t step,
-                const std::vector<std::string>& parts) {
+Manifest commit(const fs::path& run_dir, std::uint64_t step, const std::vector<std::string>& parts,
+                const json& run) {
   const fs::path dir = step_dir(run_dir, step);
   if (parts.empty())
     throw InternalError("checkpoint commit of step " + std::to_string(step) + " with no parts");
   Manifest m;
   m.step = step;
   m.created_utc = utc_now();
+  m.run = run;
   for (const auto& part : parts) {
     check_part_name(part);
     for (const auto& e : m.files) {
@@ -293,7 +296,7 @@ void CheckpointWriter::add(const std::string& part, const State& state) {
 Manifest CheckpointWriter::commit(const std::vector<std::string>& parts_of_other_ranks) {
   std::vector<std::string> all = m_parts;
   all.insert(all.end(), parts_of_other_ranks.begin(), parts_of_other_ranks.end());
-  return checkpoint::commit(m_run_dir, m_step, all);
+  return checkpoint::commit(m_run_dir, m_step, all, m_run);
 }
 
 bool Checkpoint::has_part(std::string_view name) const {
@@ -308,6 +311,15 @@ const State& Checkpoint::part(std::string_view name) const {
   throw DataError("checkpoint '" + dir.string() + "' has no part '" + std::string(name) +
                   "' loaded (its manifest lists: " + have +
                   "); was it written by a run with another cluster layout?");
+}
+
+Manifest read_manifest(const fs::path& run_dir, std::uint64_t step) {
+  const fs::path path = step_dir(run_dir, step) / kManifestName;
+  if (!exists_noexcept(path)) {
+    throw DataError("checkpoint step " + std::to_string(step) + ": manifest '" + path.string() +
+                    "' is missing (the save never finished)" + corrupt_advice(run_dir));
+  }
+  return parse_manifest(read_file_bytes(path), path, step, run_dir);
 }
 
 Checkpoint load_step(const fs::path& run_dir, std::uint64_t step,
@@ -370,10 +382,47 @@ Checkpoint load_step(const fs::path& run_dir, std::uint64_t step,
   return c;
 }
 
+namespace {
+
+// Without `latest`: "3 of them, steps 100, 200 and 300; the newest that
+// verifies is step 300", or nullopt when no committed checkpoint verifies.
+std::optional<std::string> newest_verified(const fs::path& run_dir) {
+  std::vector<std::uint64_t> steps;
+  try {
+    steps = committed_steps(run_dir);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    try {
+      (void)load_step(run_dir, *it);  // sizes and CRC-32s of every part
+    } catch (const Error&) {
+      continue;
+    }
+    std::string list;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      list += (i == 0 ? "" : i + 1 == steps.size() ? " and " : ", ") + std::to_string(steps[i]);
+    }
+    return std::to_string(steps.size()) +
+           (steps.size() == 1 ? " of them, step " : " of them, steps ") + list +
+           "; the newest that verifies is step " + std::to_string(*it);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Checkpoint load_latest(const fs::path& run_dir, const std::vector<std::string>& only) {
   const auto step = latest_step(run_dir);
   if (!step) {
     const fs::path latest = checkpoints_dir(run_dir) / kLatestName;
+    if (const auto verified = newest_verified(run_dir)) {
+      throw MissingInputError(
+          "'" + latest.string() + "' does not exist, but committed checkpoints do (" + *verified +
+          "): to resume from it, point 'latest' at it (printf '" +
+          verified->substr(verified->rfind(' ') + 1) + "\\n' > " + latest.string() +
+          ") and resume again; syncopt checkpoints " + run_dir.string() + " lists them");
+    }
     const std::string why = exists_noexcept(run_dir)
                                 ? "'" + latest.string() + "' does not exist (no save was committed)"
                                 : "the run directory '" + run_dir.string() + "' does not exist";
@@ -410,7 +459,14 @@ std::vector<fs::path> remove_stale_temporaries(const fs::path& run_dir) {
   const fs::path ckpt = checkpoints_dir(run_dir);
   std::error_code ec;
   if (!fs::is_directory(ckpt, ec)) return removed;
-  const auto latest = latest_step(run_dir);
+  std::optional<std::uint64_t> latest;
+  try {
+    latest = latest_step(run_dir);
+  } catch (const DataError&) {
+    // Which step is the committed one cannot be told: nothing is removed,
+    // and the resume refuses the pointer (65) once run.json records it.
+    return removed;
+  }
   std::vector<fs::path> files, dirs;
   for (const auto& entry : list_dir(ckpt)) {
     const fs::path& p = entry.path();

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,6 +50,10 @@ struct Manifest {
   std::uint64_t step = 0;
   std::string created_utc;  // ISO 8601, e.g. "2024-05-01T12:00:00Z"
   std::vector<ManifestEntry> files;
+  // What the run was when it saved this step (an object, or null in older
+  // checkpoints): its experiment's keys and its layout (rundir::checkpoint_stamp),
+  // which a resume is checked against, whatever config.toml says now.
+  nlohmann::json run;
 };
 
 // Serializes `state` into <run_dir>/checkpoints/<step>/<part>.state, creating
@@ -68,7 +73,7 @@ void write_part(const std::filesystem::path& run_dir, std::uint64_t step, const 
 // the parts of the step, whichever rank wrote them; a missing one is an
 // OutputError (74) and nothing is published.
 Manifest commit(const std::filesystem::path& run_dir, std::uint64_t step,
-                const std::vector<std::string>& parts);
+                const std::vector<std::string>& parts, const nlohmann::json& run = nullptr);
 
 // The single-process form: add() writes a part at once, commit() publishes
 // the parts added here plus those other ranks wrote (by name).
@@ -76,6 +81,8 @@ class CheckpointWriter {
  public:
   CheckpointWriter(std::filesystem::path run_dir, std::uint64_t step);
   void add(const std::string& part, const State& state);
+  // The run's stamp for the manifest (Manifest::run).
+  void stamp(nlohmann::json run) { m_run = std::move(run); }
   Manifest commit(const std::vector<std::string>& parts_of_other_ranks = {});
   std::uint64_t step() const { return m_step; }
 
@@ -83,6 +90,7 @@ class CheckpointWriter {
   std::filesystem::path m_run_dir;
   std::uint64_t m_step;
   std::vector<std::string> m_parts;
+  nlohmann::json m_run;
 };
 
 // A loaded checkpoint: its manifest and the parts asked for, each a State
@@ -113,6 +121,10 @@ Checkpoint load_latest(const std::filesystem::path& run_dir,
                        const std::vector<std::string>& only = {});
 Checkpoint load_step(const std::filesystem::path& run_dir, std::uint64_t step,
                      const std::vector<std::string>& only = {});
+
+// The manifest of step `step` alone (no part read): DataError (65) when it
+// is missing or malformed.
+Manifest read_manifest(const std::filesystem::path& run_dir, std::uint64_t step);
 
 // Steps whose directory has a manifest, ascending.
 std::vector<std::uint64_t> committed_steps(const std::filesystem::path& run_dir);

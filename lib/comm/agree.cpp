@@ -2,6 +2,7 @@
 #include "comm/agree.hpp"
 
 #include <climits>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,8 @@ void agree(MPI_Comm comm, const std::function<void()>& fn) {
     throw;  // already agreed on by a nested agree()
   } catch (const Error& e) {
     mine.emplace(e);
+  } catch (const std::bad_alloc& e) {
+    mine.emplace(ExitCode::kOutOfMemory, e.what());  // OutOfMemory's says how many bytes
   }
   int rank = 0;
   SYNCOPT_CHECK_MPI(MPI_Comm_rank(comm, &rank));

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -66,23 +67,58 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   m_host = host_name();
 }
 
+namespace {
+
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The peers on this node stopped now and at every sample for `for_s`
+// seconds (never a job-wide pause being resumed, whose ranks all run again
+// within that time), sampled every quarter second.
+std::vector<int> stopped_for(const std::vector<Peer>& peers, int rank, double for_s) {
+  if (peers.empty()) return {};
+  std::vector<int> still = stopped_here(peers, rank);
+  const auto start = std::chrono::steady_clock::now();
+  while (!still.empty() && since(start) < for_s) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    const std::vector<int> now = stopped_here(peers, rank);
+    std::erase_if(still, [&](int r) { return std::find(now.begin(), now.end(), r) == now.end(); });
+  }
+  return still;
+}
+
+// MPI_Finalize's watchdog: a peer that keeps this rank in MPI_Finalize ends
+// it with `code` after `timeout_s` (its outcome is on disk already); a peer
+// of this node stopped meanwhile is ended first (the exit window).
+void finalize_watchdog(int code, double timeout_s, int rank, std::vector<Peer> peers) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, timeout_s - 0.5)));
+  (void)fence(peers, rank, stopped_for(peers, rank, 0.5));  // on this host only
+  std::fprintf(stderr,
+               "syncopt: MPI_Finalize did not return within %.0fs (a peer is gone?); "
+               "exiting with %d\n",
+               timeout_s, code);
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
+}  // namespace
+
 void MpiSession::finalize(int code, double timeout_s) {
   std::fflush(nullptr);
   spdlog::default_logger()->flush();
   if (m_abandoned) ::_exit(code);
   int finalized = 0;
   if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
-  std::thread([code, timeout_s] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(timeout_s));
-    std::fprintf(stderr,
-                 "syncopt: MPI_Finalize did not return within %.0fs (a peer is gone?); "
-                 "exiting with %d\n",
-                 timeout_s, code);
-    std::fflush(nullptr);
-    ::_exit(code);
-  }).detach();
+  std::thread(finalize_watchdog, code, timeout_s, m_rank, m_peers).detach();
   MPI_Finalize();
   release_kept_buffers();  // MPI holds none of them now
+  // The exit window: every rank but a stopped one may be gone now, and
+  // mpirun waits for that one forever. Whoever is still here ends it.
+  if (!m_peers.empty() && !stopped_here(m_peers, m_rank).empty()) {
+    const auto still = stopped_for(m_peers, m_rank, m_grace_s);
+    (void)fence(m_peers, m_rank, still);  // another host's is out of reach
+  }
 }
 
 MpiSession::~MpiSession() {

@@ -7,6 +7,9 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
+
+#include "comm/peers.hpp"
 
 namespace syncopt::comm {
 
@@ -37,9 +40,20 @@ class MpiSession {
   void finalize(int code, double timeout_s = 15.0);
   // A peer is known dead or stopped: MPI_Finalize would wait for it forever.
   void abandon() { m_abandoned = true; }
+  // The exit window (docs/design.md §10): a peer on this node stopped
+  // (SIGSTOP) after the run was written would keep mpirun waiting forever,
+  // every other rank having exited. With the job's peer table, finalize()
+  // ends such a peer once it has stayed stopped for `grace_s`
+  // (cluster.dead_after_s), after MPI_Finalize, or when its watchdog fires.
+  void watch_exit(std::vector<Peer> peers, double grace_s) {
+    m_peers = std::move(peers);
+    m_grace_s = grace_s;
+  }
 
  private:
   bool m_abandoned = false;
+  std::vector<Peer> m_peers;
+  double m_grace_s = 0.0;
   int m_rank = 0;
   int m_size = 1;
   std::string m_host;

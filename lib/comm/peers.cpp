@@ -25,6 +25,16 @@ bool gone(int pid) {
   const auto close = text.rfind(')');
   return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
 }
+
+// The process is stopped by a signal (state T; t, stopped by a tracer, is a
+// debugger's and left alone).
+bool stopped(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  const auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'T';
+}
 }  // namespace
 
 std::vector<Peer> gather_peers(MPI_Comm comm) {
@@ -74,6 +84,17 @@ std::vector<int> fence(const std::vector<Peer>& peers, int self, const std::vect
     }
   }
   return elsewhere;
+}
+
+std::vector<int> stopped_here(const std::vector<Peer>& peers, int self) {
+  std::vector<int> out;
+  if (self < 0 || static_cast<std::size_t>(self) >= peers.size()) return out;
+  const std::string& here = peers[static_cast<std::size_t>(self)].host;
+  for (std::size_t r = 0; r < peers.size(); ++r) {
+    if (static_cast<int>(r) != self && peers[r].host == here && stopped(peers[r].pid))
+      out.push_back(static_cast<int>(r));
+  }
+  return out;
 }
 
 }  // namespace syncopt::comm

@@ -27,4 +27,8 @@ std::string describe_rank(const std::vector<Peer>& peers, int rank);
 // returns the ones it could not reach (other hosts), for the log.
 std::vector<int> fence(const std::vector<Peer>& peers, int self, const std::vector<int>& silent);
 
+// The ranks on this rank's host whose process is stopped (SIGSTOP, Ctrl-Z:
+// state T in /proc/PID/stat), never itself.
+std::vector<int> stopped_here(const std::vector<Peer>& peers, int self);
+
 }  // namespace syncopt::comm

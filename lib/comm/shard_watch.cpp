@@ -2,7 +2,6 @@
 #include "comm/shard_watch.hpp"
 
 #include "comm/protocol.hpp"
-#include "common/error.hpp"
 
 namespace syncopt::comm {
 
@@ -10,10 +9,10 @@ void check_shards(Watch& watch, SendQueue& sends, const std::vector<Peer>& peers
                   const std::string& who, double now) {
   for (const int dead : watch.poll(now)) {
     sends.cancel_to(dead);  // what it will never take (kept, not waited for)
-    throw UnavailableError(who + ": shard " + std::to_string(dead) + " (" +
-                           describe_rank(peers, dead) + ") has been silent for " +
-                           std::to_string(static_cast<int>(now - watch.last_heard(dead))) +
-                           "s: the run cannot go on without it");
+    throw ShardLostError(dead, who + ": shard " + std::to_string(dead) + " (" +
+                                   describe_rank(peers, dead) + ") has been silent for " +
+                                   std::to_string(static_cast<int>(now - watch.last_heard(dead))) +
+                                   "s: the run cannot go on without it");
   }
   for (const auto& n : watch.notices()) {
     if (n.kind != Kind::kEnding) continue;

@@ -3,6 +3,9 @@
 // every rank with the error's exit code (<sysexits.h> numbering).
 #pragma once
 
+#include <cstddef>
+#include <cstdio>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -15,6 +18,7 @@ enum class ExitCode : int {
   kNoInput = 66,      // input file missing or unreadable
   kUnavailable = 69,  // the run cannot go on: too few live workers, a dead shard or evaluator
   kInternal = 70,     // a bug or a library failure
+  kOutOfMemory = 71,  // an allocation failed (EX_OSERR): the message says of how many bytes
   kCantCreate = 73,   // output exists / cannot be created
   kIoError = 74,      // write failed
   kPreempted = 75,    // interrupted, may be resumed
@@ -115,6 +119,25 @@ class AgreedError : public Error {
 
  private:
   bool m_reporter;
+};
+
+// An allocation of `nbytes` that failed. The syncopt binary's operator new
+// throws it (apps/syncopt/out_of_memory.cpp), so that the message says how
+// much was asked for; it is a std::bad_alloc for every other purpose. Its
+// text lives inside it: building a string when memory is out could fail too.
+class OutOfMemory : public std::bad_alloc {
+ public:
+  explicit OutOfMemory(std::size_t nbytes) noexcept : m_nbytes(nbytes) {
+    std::snprintf(m_what, sizeof(m_what),
+                  "out of memory: an allocation of %zu bytes (%.2f GB) failed", nbytes,
+                  static_cast<double>(nbytes) / 1e9);
+  }
+  const char* what() const noexcept override { return m_what; }
+  std::size_t nbytes() const noexcept { return m_nbytes; }
+
+ private:
+  std::size_t m_nbytes;
+  char m_what[128];
 };
 
 }  // namespace syncopt

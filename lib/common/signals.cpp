@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -23,6 +24,7 @@ namespace syncopt {
 namespace {
 
 std::atomic<int> g_signal{0};
+std::atomic<bool> g_at_boundaries{false};
 
 sigset_t stop_set() {
   sigset_t set;
@@ -30,6 +32,7 @@ sigset_t stop_set() {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   return set;
 }
 
@@ -38,6 +41,15 @@ void wait_for_signals() {
   for (;;) {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) continue;
+    if (!g_at_boundaries.load()) {
+      // Still loading: no step to stop at, nothing written to keep.
+      std::fprintf(stderr,
+                   "\nsyncopt: %s before training began (while the config and data load): "
+                   "nothing was written; exiting with %d\n",
+                   signal_name(sig).c_str(), 128 + sig);
+      std::fflush(nullptr);
+      std::_Exit(128 + sig);
+    }
     int expected = 0;
     if (!g_signal.compare_exchange_strong(expected, sig) && sig == SIGINT) {
       // A second Ctrl-C: the user wants out now.
@@ -56,9 +68,13 @@ void install_stop_handlers() {
     // of them inherit the mask.
     const sigset_t set = stop_set();
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    // A write to a closed pipe fails (EPIPE) instead of killing the run.
+    std::signal(SIGPIPE, SIG_IGN);
     std::thread(wait_for_signals).detach();
   });
 }
+
+void stops_at_step_boundaries() { g_at_boundaries.store(true); }
 
 int stop_signal() { return g_signal.load(std::memory_order_relaxed); }
 
@@ -70,6 +86,8 @@ std::string signal_name(int sig) {
       return "SIGUSR1";
     case SIGINT:
       return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
     default:
       return "signal " + std::to_string(sig);
   }

@@ -141,8 +141,9 @@ struct ComputeConfig {
   Backend backend = Backend::kCpu;
   std::int64_t threads = 1;
   Precision precision = Precision::kFp32;
-  bool tf32 = false;           // cuda: TF32 tensor cores in the FP32 path
-  bool deterministic = false;  // cuda: heuristic deterministic algorithms, no timing
+  bool tf32 = false;             // cuda: TF32 tensor cores in the FP32 path
+  bool deterministic = false;    // cuda: heuristic deterministic algorithms, no timing
+  double memory_limit_gb = 0.0;  // per process; 0: from the machine (common/memory.hpp)
 
   bool operator==(const ComputeConfig&) const = default;
 };

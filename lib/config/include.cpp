@@ -42,15 +42,21 @@ struct Resolver {
                          " deep: " + chain_text());
       return;
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!chain.empty() && (!in || fs::is_directory(path))) {
+    bool too_big = false;
+    const auto text = read_config_text(path, too_big);
+    if (!chain.empty() && (!text || fs::is_directory(path))) {
       problems.push_back(where + "included config file '" + path +
                          "' not found (relative paths start at the including file's folder)");
       return;
     }
-    std::ostringstream buf;
-    buf << in.rdbuf();
-    ConfigFile file{path, buf.str()};
+    if (too_big) {
+      problems.push_back(where + "'" + path + "' holds more than " +
+                         std::to_string(kMaxConfigBytes >> 20) +
+                         " MiB: not a config file (a device such as /dev/zero, or data?); give "
+                         "the path of a .toml file");
+      return;
+    }
+    ConfigFile file{path, text.value_or("")};
     chain.push_back(path);
     try {
       const toml::table doc = toml::parse(std::string_view(file.text), std::string_view(path));
@@ -98,6 +104,23 @@ struct Resolver {
 };
 
 }  // namespace
+
+std::optional<std::string> read_config_text(const std::string& path, bool& too_big) {
+  too_big = false;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string text;
+  char chunk[65536];
+  while (in.read(chunk, sizeof(chunk)) || in.gcount() > 0) {
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxConfigBytes) {
+      too_big = true;
+      text.resize(kMaxConfigBytes);
+      break;
+    }
+  }
+  return text;
+}
 
 std::vector<ConfigFile> resolve_includes(const std::string& path,
                                          std::vector<std::string>& problems) {

@@ -13,10 +13,20 @@
 // cycles are config errors naming the chain of files.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace syncopt::config {
+
+// At most this many bytes of a config file are read: more is no config (a
+// device such as /dev/zero, a data file given by mistake).
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+
+// The text of `path`, read up to kMaxConfigBytes; nullopt when it cannot be
+// opened. `too_big` says that the bound was reached (the text is cut there).
+std::optional<std::string> read_config_text(const std::string& path, bool& too_big);
 
 // One file of a composed config, as the loader reads it: the include line(s)
 // blanked, so that every other line keeps its number in messages.

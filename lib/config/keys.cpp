@@ -245,6 +245,11 @@ std::vector<KeySpec> make_key_specs() {
                   "cuda: convolution algorithms from cuDNN's heuristics among the deterministic "
                   "ones, without timing, so two runs agree bit for bit; false times them "
                   "(cudnnFind) and takes the fastest."),
+      SYNCOPT_KEY(compute, memory_limit_gb, at_least(0), "",
+                  "Memory one process may use, in GB (10^9 bytes); 0 takes it from the machine "
+                  "(its memory or cgroup limit shared by the ranks on the node, ulimit -v, "
+                  "ulimit -d). A model and batch that need more are refused (78) before "
+                  "anything is allocated, naming the largest layer and the bytes."),
       // [exchange]
       SYNCOPT_KEY(exchange, pipeline, no_range(), "",
                   "Parameter-server modes: gradients and parameters travel in buckets of whole "

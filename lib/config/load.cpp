@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <utility>
@@ -264,6 +265,7 @@ class Loader {
                                                : r.at(kline) + spec->path() + ": " + why->text +
                                                      "; write e.g. " + std::string(spec->key) +
                                                      " = " + example_value(*spec));
+        m_unread.insert(spec->path());
       } else {
         m_origin[spec->path()] = origin;
       }
@@ -306,6 +308,7 @@ class Loader {
     m_pending.erase(path);
     if (auto why = assign_text(*spec, path, text, where)) {
       add(std::move(*why));
+      m_unread.insert(path);
       return;
     }
     m_origin[path] = where;
@@ -316,6 +319,9 @@ class Loader {
   Config finish() {
     resolve_pending();
     for (const auto& p : check(m_cfg)) {
+      // Custom layers that could not be read are one problem (theirs), not
+      // a second one saying that the model has none.
+      if (p.key == "model.name" && m_unread.count("model.layers") > 0) continue;
       const auto it = m_origin.find(p.key);
       add(it != m_origin.end() ? it->second + ": " + p.message : p.message);
     }
@@ -399,15 +405,21 @@ class Loader {
   std::vector<std::string> m_problems;
   std::map<std::string, std::string> m_origin;  // "section.key" -> "file:line" or "--set ..."
   std::map<std::string, Pending> m_pending;     // values with ${...}, resolved in finish()
+  std::set<std::string> m_unread;               // keys whose value was refused
 };
 
 // A config file that says nothing (empty, or comments only): every key
 // would silently take its default.
+// A device reads as a file does (/dev/null says nothing); a FIFO is read
+// once, by the loader.
 bool says_nothing(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return false;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || std::filesystem::is_directory(status) || std::filesystem::is_fifo(status)) return false;
+  bool too_big = false;
+  const auto text = read_config_text(path, too_big);
+  if (!text || too_big) return false;
+  std::istringstream in(*text);
   for (std::string line; std::getline(in, line);) {
     const std::string t = trim(line);
     if (!t.empty() && t[0] != '#') return false;

@@ -84,7 +84,12 @@ JsonlWriter JsonlWriter::resume_at(const fs::path& path, std::uint64_t offset) {
   if (size < offset) {
     throw DataError("'" + path.string() + "' has " + std::to_string(size) +
                     " bytes, fewer than the " + std::to_string(offset) +
-                    " its checkpoint recorded: the records were cut short after the checkpoint");
+                    " its checkpoint recorded: the file was cut short before the checkpoint's "
+                    "end of records (" +
+                    std::to_string(offset - size) +
+                    " bytes of records up to the checkpoint are missing); put the file back, or "
+                    "resume from an older checkpoint whose records it still holds (write its "
+                    "step into checkpoints/latest)");
   }
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) io_error("open", path, errno);

@@ -754,8 +754,11 @@ void Shard::check_liveness() {
     const bool evaluator = rank == m_roles.evaluator_rank;
     const std::string who =
         (evaluator ? "the evaluator, " : "shard " + std::to_string(rank) + ", ") + rank_name(rank);
-    spdlog::error("{} has been silent for {:.0f}s (cluster.dead_after_s): it is dead", who,
-                  now - m_watch->last_heard(rank));
+    if (m_finished) {
+      // The run ended already (said once); finish() below says nothing more.
+      spdlog::warn("{} has been silent for {:.0f}s (cluster.dead_after_s): it is dead", who,
+                   now - m_watch->last_heard(rank));
+    }
     if (evaluator) {
       m_eval_done = true;
       m_eval_waiting = false;
@@ -815,7 +818,19 @@ void Shard::on_ending(const comm::Notice& n) {
   m_watch->retire(from);
   m_checkpoints.forget(from);
   m_ended_ranks.push_back(from);
-  if (!m_finished) {
+  if (!m_finished && !n.ranks.empty()) {
+    // The cause is the rank it found silent: said here, once (it says one line).
+    std::string lost;
+    for (const int r : n.ranks) {
+      lost += (lost.empty() ? "" : ", ") +
+              (r == m_roles.evaluator_rank ? std::string("the evaluator, ")
+               : r < m_roles.first_worker  ? "shard " + std::to_string(r) + ", "
+                                           : std::string()) +
+              rank_name(r);
+    }
+    finish(code, lost + " is dead (" + who + " found it silent): the run cannot go on without it",
+           from);
+  } else if (!m_finished) {
     finish(code,
            who + " ended with exit " + std::to_string(n.code) + " (" + why +
                "); the run cannot go on; see its message",
@@ -1020,7 +1035,8 @@ void Shard::commit_if_complete() {
   if (!m_checkpoints.complete()) return;
   const double t0 = m_st.clock->now();
   const std::uint64_t step = m_checkpoints.step();
-  const auto manifest = checkpoint::commit(m_st.run_dir, step, m_checkpoints.finish_save());
+  const auto manifest =
+      checkpoint::commit(m_st.run_dir, step, m_checkpoints.finish_save(), m_st.checkpoint_stamp);
   checkpoint::prune(m_st.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
   std::uint64_t nbytes = 0;
   for (const auto& f : manifest.files) nbytes += f.nbytes;

@@ -82,7 +82,8 @@ struct ShardSetup {
   metrics::StepLog* steps_log = nullptr;  // where this shard's step records go
   // Shard 0 without an evaluator rank: eval.jsonl, whose length a checkpoint records.
   metrics::JsonlWriter* eval_file = nullptr;
-  std::filesystem::path run_dir;              // checkpoints go below it
+  std::filesystem::path run_dir;    // checkpoints go below it
+  nlohmann::json checkpoint_stamp;  // shard 0: its manifests' run (rundir::checkpoint_stamp)
   const checkpoint::State* resume = nullptr;  // this shard's part of the checkpoint resumed
   // Called after every update (the progress line on rank 0).
   std::function<void(std::uint64_t step, std::uint64_t examples, float loss)> on_update;

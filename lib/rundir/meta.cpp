@@ -470,6 +470,8 @@ std::string repeat_name(const fs::path& config_path, const std::string& run_dir,
   }
 }
 
+json describe_layout(const layout::Roles& roles) { return layout_json(roles); }
+
 std::string launcher_name(int world) {
   // Open MPI's launchers (mpirun, or orted/prted on other nodes), slurmstepd
   // for srun, else nothing (a shell: one process).

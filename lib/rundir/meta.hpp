@@ -125,6 +125,10 @@ metrics::RunInfo partial_run_info(const std::filesystem::path& run_dir,
 std::string repeat_name(const std::filesystem::path& config_path, const std::string& run_dir,
                         const std::string& run_name);
 
+// A launch's layout as run.json records it: mode, world, shards,
+// evaluator_rank, workers, N, b.
+nlohmann::json describe_layout(const layout::Roles& roles);
+
 // Who started this process, from its parent's name: "mpirun" (Open MPI's
 // mpirun or its daemons on other nodes), "srun" (slurmstepd), "none" in a
 // world of one rank started otherwise, else "unknown".

@@ -26,7 +26,7 @@ const std::set<std::string> kResumeMayChange = {
     "run.checkpoint_every_steps", "run.keep_checkpoints", "run.progress",
     "run.progress_every_steps", "run.tensorboard", "train.steps", "train.epochs",
     "optim.anneal_epochs", "cluster.dead_after_s", "eval.every_steps", "eval.every_s", "eval.batch",
-    "compute.threads",
+    "compute.threads", "compute.memory_limit_gb",
     // Checkpoints are FP32 (docs/design.md §5):
     "compute.precision", "compute.tf32", "compute.deterministic", "exchange.wire"};
 
@@ -48,18 +48,45 @@ std::map<std::string, std::string> key_values(const std::string& toml) {
   return out;
 }
 
-// The layout of the run's last launch before `current` (run.json), or null.
+// The layout of the run's last launch before `current` that was not refused
+// (run.json), or null. A launch refused as misconfigured (78: another
+// number of ranks, another experiment) trained nothing and changes nothing
+// about what the run can resume with.
 nlohmann::json last_layout(const fs::path& dir, const std::string& current) {
   try {
     const auto doc = nlohmann::json::parse(read_file_bytes(dir / "run.json"));
     const auto& launches = doc.at("launches");
     for (auto it = launches.rbegin(); it != launches.rend(); ++it) {
       if (!current.empty() && it->value("launch_id", std::string()) == current) continue;
+      const auto code = it->value("exit_code", nlohmann::json());
+      if (code.is_number_integer() && code.get<int>() == static_cast<int>(ExitCode::kConfig))
+        continue;
       if (it->contains("layout") && (*it)["layout"].contains("world")) return (*it)["layout"];
     }
   } catch (const std::exception&) {
   }
   return nullptr;
+}
+
+// The stamp of the checkpoint `latest` names (null: no checkpoint, or one
+// saved before checkpoints carried a stamp).
+nlohmann::json latest_stamp(const fs::path& dir) {
+  const auto step = checkpoint::latest_step(dir);
+  if (!step) return nullptr;
+  nlohmann::json stamp = checkpoint::read_manifest(dir, *step).run;
+  if (stamp.is_object()) stamp["step"] = *step;
+  return stamp;
+}
+
+// The experiment keys a stamp holds ("section.key" -> value).
+std::map<std::string, std::string> stamped_keys(const nlohmann::json& stamp) {
+  std::map<std::string, std::string> out;
+  if (!stamp.is_object() || !stamp.contains("experiment") || !stamp["experiment"].is_object())
+    return out;
+  for (const auto& [key, value] : stamp["experiment"].items()) {
+    if (value.is_string()) out[key] = value.get<std::string>();
+  }
+  return out;
 }
 
 std::string layout_words(const nlohmann::json& l) {
@@ -118,9 +145,21 @@ OpenedRun open_run_dir(const config::Config& cfg, const LockHolder& me) {
     // another job may have created it since.
     check_new_run_dir(cfg);
     if (!existed) metrics::create_run_dir(cfg.run.dir, cfg.run.name, false);
-    out.lock = RunLock::acquire(dir, me, existed ? "replace" : "start");
-    if (existed) clear_for_overwrite(dir);
-    metrics::write_file_atomic(dir / "config.toml", config::to_toml(cfg));
+    try {
+      out.lock = RunLock::acquire(dir, me, existed ? "replace" : "start");
+      if (existed) clear_for_overwrite(dir);
+      metrics::write_file_atomic(dir / "config.toml", config::to_toml(cfg));
+    } catch (const Error&) {
+      // A directory this start created and could not fill (a full disk)
+      // holds nothing of a run: it goes, so that the same command works
+      // once there is room, instead of finding it taken (73).
+      if (!existed) {
+        out.lock = RunLock();
+        std::error_code rm;
+        fs::remove_all(dir, rm);
+      }
+      throw;
+    }
     return out;
   }
   if (!fs::exists(dir / "config.toml")) {
@@ -135,38 +174,74 @@ OpenedRun open_run_dir(const config::Config& cfg, const LockHolder& me) {
   return out;
 }
 
+nlohmann::json checkpoint_stamp(const config::Config& cfg, const nlohmann::json& layout) {
+  nlohmann::json experiment = nlohmann::json::object();
+  for (const auto& [key, value] : key_values(config::to_toml(cfg))) {
+    if (!resume_may_change(key)) experiment[key] = value;
+  }
+  return {{"experiment", experiment}, {"layout", layout}};
+}
+
+namespace {
+
+// The experiment keys of `cfg` that differ from the run's: the stamp of its
+// latest checkpoint when it has one (what it trained with), else its
+// config.toml. One line per key; empty when it is the same experiment.
+std::string experiment_diffs(const std::map<std::string, std::string>& now,
+                             const std::map<std::string, std::string>& before) {
+  std::string diffs;
+  for (const auto& [key, value] : now) {
+    if (resume_may_change(key)) continue;
+    const auto it = before.find(key);
+    const std::string old = it == before.end() ? "(absent)" : it->second;
+    if (old != value) diffs += "\n  " + key + ": " + old + " in the run, " + value + " now";
+  }
+  return diffs;
+}
+
+}  // namespace
+
 std::vector<std::string> check_resume(const config::Config& cfg, const fs::path& dir, int world,
                                       const std::string& launch_id) {
   const fs::path saved = dir / "config.toml";
-  const auto before = key_values(read_file_bytes(saved));
+  const auto in_file = key_values(read_file_bytes(saved));
   const auto now = key_values(config::to_toml(cfg));
-  std::string diffs;
+  const nlohmann::json stamp = latest_stamp(dir);
+  const auto in_checkpoint = stamped_keys(stamp);
+  const bool stamped = !in_checkpoint.empty();
   std::vector<std::string> changed;
   for (const auto& [key, value] : now) {
-    const auto it = before.find(key);
-    const std::string old = it == before.end() ? "(absent)" : it->second;
-    if (old == value) continue;
-    if (resume_may_change(key)) {
-      if (key != "run.resume" && key != "run.dir" && key != "run.name") {
-        changed.push_back(key + ": " + old + " -> " + value);
-      }
+    if (!resume_may_change(key) || key == "run.resume" || key == "run.dir" || key == "run.name")
       continue;
-    }
-    diffs += "\n  " + key + ": " + old + " in the run, " + value + " now";
+    const auto it = in_file.find(key);
+    const std::string old = it == in_file.end() ? "(absent)" : it->second;
+    if (old != value) changed.push_back(key + ": " + old + " -> " + value);
   }
-  if (!diffs.empty()) {
+  if (const std::string diffs = experiment_diffs(now, stamped ? in_checkpoint : in_file);
+      !diffs.empty()) {
+    const std::string step = stamp.value("step", nlohmann::json()).dump();
+    const bool edited = stamped && !experiment_diffs(in_file, in_checkpoint).empty();
     throw ConfigError(
-        "run.resume = true, but this config is not the experiment in '" + saved.string() +
-        "':" + diffs + "\nresume with the run's own config (syncopt train " + saved.string() +
+        "run.resume = true, but this config is not the experiment in '" + saved.string() + "'" +
+        (stamped ? " (as its checkpoint at step " + step + " recorded it)" : std::string()) + ":" +
+        diffs +
+        (edited ? "\n" + saved.string() +
+                      " was edited after that checkpoint was saved: put back "
+                      "the values the run trained with"
+                : std::string()) +
+        "\nresume with the run's own config (syncopt train " + saved.string() +
         " --set run.resume=true; train.steps, train.epochs and optim.anneal_epochs may change "
         "to extend it) or start a new run under another run.name");
   }
-  if (const auto layout = last_layout(dir, launch_id);
-      world > 0 && !layout.is_null() && layout.value("world", 0) != world) {
+  const bool from_checkpoint = stamp.is_object() && stamp.contains("layout");
+  if (const auto layout = from_checkpoint ? stamp["layout"] : last_layout(dir, launch_id);
+      world > 0 && layout.is_object() && layout.value("world", 0) != world) {
     const std::string name = fs::path(dir).filename().string();
     throw ConfigError(
-        "cannot resume '" + dir.string() + "' with " + std::to_string(world) +
-        " ranks: the run was launched with " + layout_words(layout) +
+        "cannot resume '" + dir.string() + "' with " + std::to_string(world) + " ranks: " +
+        (from_checkpoint ? "its latest checkpoint (step " + stamp["step"].dump() + ") was saved by "
+                         : std::string("the run was launched with ")) +
+        layout_words(layout) +
         ", and its workers' data shards and checkpoint parts are laid out for that. Resume it "
         "with the same number of ranks (mpirun -np " +
         std::to_string(layout.value("world", 0)) + " ... --set run.resume=true), or train " +

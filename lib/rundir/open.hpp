@@ -52,6 +52,13 @@ bool resume_may_change(const std::string& key);
 std::vector<std::string> check_resume(const config::Config& cfg, const std::filesystem::path& dir,
                                       int world, const std::string& launch_id = "");
 
+// What a checkpoint records of its run (checkpoint::Manifest::run), so that
+// a resume is checked against what the run was when it saved, not against
+// config.toml, which may have been edited since: `experiment`, every key a
+// resume may not change with its value as config.toml writes it, and
+// `layout`, the launch's (run.json's form, describe_layout).
+nlohmann::json checkpoint_stamp(const config::Config& cfg, const nlohmann::json& layout);
+
 // config.toml of a resumed run: the resolved config of this launch (its
 // location and length included), written atomically.
 void rewrite_config(const config::Config& cfg, const std::filesystem::path& dir);

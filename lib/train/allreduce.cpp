@@ -17,6 +17,8 @@
 #include "common/signals.hpp"
 #include "data/batch.hpp"
 #include "optim/optimizer.hpp"
+#include "rundir/meta.hpp"
+#include "rundir/open.hpp"
 #include "train/inputs.hpp"
 
 namespace syncopt::train {
@@ -365,7 +367,8 @@ void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
   if (m_st.rank == 0) {
     std::vector<std::string> parts{checkpoint::kRunPart};
     for (int r = 0; r < m_workers; ++r) parts.push_back(checkpoint::rank_part(r));
-    checkpoint::commit(m_st.run_dir, k, parts);
+    checkpoint::commit(m_st.run_dir, k, parts,
+                       rundir::checkpoint_stamp(m_cfg, rundir::describe_layout(*m_st.roles)));
     checkpoint::prune(m_st.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
   }
   m_last_checkpoint_s = m_st.clock->now();
@@ -389,6 +392,7 @@ void AllreduceTrainer::save_alone(std::uint64_t k) {
     part.put_child("loader", loader.state());
     w.add(checkpoint::rank_part(r), part);
   }
+  w.stamp(rundir::checkpoint_stamp(m_cfg, rundir::describe_layout(*m_st.roles)));
   w.commit();
   checkpoint::prune(m_st.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
 }

@@ -27,8 +27,10 @@
 #include "comm/poll.hpp"
 #include "comm/protocol.hpp"
 #include "comm/requests.hpp"
+#include "comm/shard_watch.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/signals.hpp"
 #include "data/dataset.hpp"
 #include "layout/placement.hpp"
 #include "layout/roles.hpp"
@@ -43,6 +45,7 @@
 #include "train/evaluation.hpp"
 #include "train/evaluator.hpp"
 #include "train/inputs.hpp"
+#include "train/memory_check.hpp"
 #include "worker/straggler.hpp"
 #include "worker/worker.hpp"
 
@@ -132,8 +135,19 @@ struct RoleOutcome {
 
 // 1. Every rank loads the data (workers train on it, the evaluator tests on
 //    it) and the straggler model; every rank agrees that it worked.
+Holds memory_role(const Job& job) {
+  if (!job.ps_mode()) return Holds::kTrainer;
+  if (job.role == Role::kWorker) return Holds::kWorker;
+  return job.rank == job.eval_writer ? Holds::kEvaluator : Holds::kShard;
+}
+
 void load_inputs(Job& job) {
   const auto& cfg = job.cfg;
+  const int ranks_here = comm::Communicator(job.ctrl(), comm::Communicator::kNodeLocal).size();
+  comm::agree(job.ctrl(), [&] {
+    // Before anything is allocated: what this rank will hold.
+    check_memory(cfg, memory_role(job), ranks_here);
+  });
   comm::agree(job.ctrl(), [&] {
     job.data = data::load(load_options(cfg));
     if (job.data.train.count < std::max<std::int64_t>(cfg.train.batch, job.roles.workers)) {
@@ -205,6 +219,7 @@ std::optional<std::uint64_t> record_offset(const checkpoint::Checkpoint& ck,
 //    rank of a resumed run reads its part of the latest checkpoint (4.),
 //    and the writers of records open them (cut back to the checkpoint).
 void open_outputs(Job& job) {
+  stops_at_step_boundaries();  // from here a stop is a checkpoint (docs/design.md §10)
   const auto& cfg = job.cfg;
   job.run_dir = std::filesystem::path(cfg.run.dir) / cfg.run.name;
   comm::agree(job.ctrl(), [&] {
@@ -359,6 +374,9 @@ RoleOutcome run_shard_role(Job& job, metrics::Progress& progress) {
   st.steps_log = job.steps.get();
   st.eval_file = job.rank == 0 && job.roles.evaluator_rank < 0 ? job.eval_file.get() : nullptr;
   st.run_dir = job.run_dir;
+  if (job.rank == 0) {
+    st.checkpoint_stamp = rundir::checkpoint_stamp(job.cfg, rundir::describe_layout(job.roles));
+  }
   st.resume = job.my_state();
   if (job.rank == 0) {
     st.on_update = [&](std::uint64_t step, std::uint64_t ex, float loss) {
@@ -662,7 +680,8 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const rundir::Outcome& ou
   } else {
     for (int s = 0; s < job.roles.shards; ++s) {
       if (s != job.rank && gone(job, out, s)) {
-        spdlog::error("shard {} is gone: no final parameters, no final evaluation", s);
+        // Said once already, by whoever found it gone.
+        spdlog::info("shard {} is gone: no final parameters, no final evaluation", s);
         return {};
       }
     }
@@ -897,6 +916,16 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
   } catch (const Error& e) {
     if (job.watch && job.rank != 0 && !job.watch->alive(0)) end_without_rank0(job, e);
     announce(job, e.code());
+    if (const auto* lost = dynamic_cast<const comm::ShardLostError*>(&e);
+        lost != nullptr && lost->shard() != 0 && job.rank != 0) {
+      // Shard 0 watches every rank and reports the dead shard, once (the
+      // ENDING just sent names it too): this rank says one line.
+      throw EndedByPeerError(e.code(), "ends with exit " +
+                                           std::to_string(static_cast<int>(e.code())) + ": shard " +
+                                           std::to_string(lost->shard()) + " (" +
+                                           comm::describe_rank(job.peers, lost->shard()) +
+                                           ") is silent; shard 0 reports it");
+    }
     if (job.rank == 0) {
       rundir::Outcome o = rundir::Outcome::failed(e);
       o.reported_by = rundir::rank_json(job.peers, job.roles, 0);

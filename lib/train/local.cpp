@@ -25,6 +25,7 @@
 #include "rundir/ending.hpp"
 #include "rundir/lock.hpp"
 #include "train/inputs.hpp"
+#include "train/memory_check.hpp"
 
 namespace syncopt::train {
 
@@ -114,6 +115,7 @@ LocalTrainer::LocalTrainer(const config::Config& cfg, const Compute& compute, bo
       m_use_ema(cfg.optim.ema > 0.0),
       m_quiet(quiet),
       m_timer(cfg.eval) {
+  check_memory(cfg, Holds::kTrainer, 1);  // before anything is allocated
   if (cfg.stragglers.model != config::StragglerModel::kNone) {
     // Shared configs switch modes with --set train.mode=local: say so, do not refuse.
     spdlog::warn(
@@ -184,6 +186,7 @@ LocalResult LocalTrainer::run() {
 
 // A new run, or the state of the latest checkpoint; returns the next step.
 std::uint64_t LocalTrainer::open_outputs() {
+  stops_at_step_boundaries();  // from here a stop is a checkpoint (docs/design.md §10)
   m_result.run_dir = std::filesystem::path(m_cfg.run.dir) / m_cfg.run.name;
   rundir::OpenedRun opened = rundir::open_run_dir(m_cfg, rundir::this_process(m_inv.launch_id));
   m_lock = std::move(opened.lock);
@@ -335,6 +338,7 @@ void LocalTrainer::save_checkpoint(std::uint64_t k) {
   s.put_child("records", std::move(rec));
   checkpoint::CheckpointWriter w(m_result.run_dir, k);
   w.add(kPart, s);
+  w.stamp(rundir::checkpoint_stamp(m_cfg, rundir::describe_layout(layout::make_roles(m_cfg, 1))));
   w.commit();
   checkpoint::prune(m_result.run_dir, static_cast<std::size_t>(m_cfg.run.keep_checkpoints));
   m_last_checkpoint_s = m_clock.now();
