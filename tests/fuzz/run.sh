@@ -20,9 +20,8 @@ if ! clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a | grep -q /; then
 fi
 case "$CMD" in
 build)
-  LAUNCHER=()
-  command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_COMPILER=clang++ "${LAUNCHER[@]}" >/dev/null &&
+  # A compiler launcher (ccache) comes from $CMAKE_CXX_COMPILER_LAUNCHER, as CMake reads it.
+  cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_COMPILER=clang++ >/dev/null &&
     cmake --build "$B" -j "${FUZZ_JOBS:-2}"
   ;;
 run)
