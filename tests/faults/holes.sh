@@ -279,7 +279,8 @@ config_files)
   # /dev/null as the config is an empty file (64); /dev/zero is not read
   # without bound (78 within seconds); a custom layer that cannot be read is
   # one problem, not two (no false "needs the layers").
-  "$BIN" train /dev/null --set run.dir="$WORK" >"$WORK/log-null" 2>&1
+  # Bounded: without the check it trains with every default (minutes).
+  timeout 30 "$BIN" train /dev/null --set run.dir="$WORK" >"$WORK/log-null" 2>&1
   RC=$?
   note "/dev/null: exit $RC: $(grep -m1 -o 'the config file is empty' "$WORK/log-null")"
   [ $RC = 64 ] || fail "/dev/null: exit $RC, expected 64"
