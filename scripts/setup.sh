@@ -11,7 +11,9 @@
 # a Debian package (bookworm has 2.6): scripts/fetch-onednn.py puts PyPI's
 # onednn-cpu-gomp wheels into .deps/ unless cmake is given -DDNNL_ROOT.
 # ocl-icd-opencl-dev: CMake's FindCUDAToolkit records libOpenCL (CUDA::OpenCL)
-# where it exists; listed so that fresh and used machines configure alike. scripts/test.sh checks this after every build
+# where it exists; listed so that fresh and used machines configure alike.
+# clang and libclang-rt-14-dev (libFuzzer's runtime, only a Recommends of
+# clang's): the fuzz tests (tests/fuzz, CTest label fuzz) build with them. scripts/test.sh checks this after every build
 # (scripts/check-packages.py: every file the build used, mapped to its
 # package, against this list and its Depends).
 set -euo pipefail
@@ -20,7 +22,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libcli11-dev libspdlog-dev
           catch2 libtomlplusplus-dev nlohmann-json3-dev ocl-icd-opencl-dev libopenblas-dev zlib1g-dev
           dataset-fashion-mnist python3 python3-matplotlib clang-format
-          python3-pip libprotobuf-dev protobuf-compiler libhdf5-dev)
+          python3-pip libprotobuf-dev protobuf-compiler libhdf5-dev
+          clang libclang-rt-14-dev)
 # The SLURM tests (ctest -L slurm, root only) start a private single-node
 # SLURM: scripts/slurm/local-cluster.sh, which installs the same list when run
 # by itself. Installed here so that a test's time limit never pays for apt.
