@@ -861,7 +861,8 @@ void wait_for_written(Job& job) {
   while (job.watch->alive(0)) {
     (void)job.watch->poll(job.clock.now());
     for (const auto& n : job.watch->notices()) {
-      if (n.from == 0 && n.kind == Kind::kWritten) return;
+      // WRITTEN, or ENDING: rank 0 failed and recorded what it could.
+      if (n.from == 0 && (n.kind == Kind::kWritten || n.kind == Kind::kEnding)) return;
     }
     if (waited.now() > kWrittenCapS) {
       spdlog::warn(
