@@ -27,8 +27,10 @@ PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libcli11-d
 # The SLURM tests (ctest -L slurm, root only) start a private single-node
 # SLURM: scripts/slurm/local-cluster.sh, which installs the same list when run
 # by itself. Installed here so that a test's time limit never pays for apt.
+# The cluster tests (ctest -L cluster, root only) make hosts of network
+# namespaces with iproute2's ip and tc (unshare is util-linux's, essential).
 TEST_PACKAGES=(
-  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev)
+  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev iproute2)
 
 tests=0
 if [ "${1:-}" = --list-packages ]; then
