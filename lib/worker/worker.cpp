@@ -388,6 +388,7 @@ void Worker::compute() {
   }
   await_sends();
   m_compute_start = Clock::now();
+  const double waited = m_result.wait_s;
   if (m_st.pipeline) {
     Hooks hooks(*this, m_params->size());
     m_loss = m_st.net->train_step_staged(m_params->data(), m_loader.images(), m_loader.labels(),
@@ -396,7 +397,9 @@ void Worker::compute() {
     m_loss = m_st.net->train_step(m_params->data(), m_loader.images(), m_loader.labels(), m_batch,
                                   m_grad->data());
   }
-  const double measured = since(m_compute_start);
+  // Pipelined, the forward waits for each layer's parameters (await_bucket,
+  // counted in wait_s): the compute time is the rest (docs/design.md §7).
+  const double measured = since(m_compute_start) - (m_result.wait_s - waited);
   m_result.compute_s += measured;
   if (m_virtual) return;
   m_compute_s = measured;
