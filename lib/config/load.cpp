@@ -300,8 +300,10 @@ class Loader {
     const toml::node* node = parsed ? parsed->get("v") : nullptr;
     // Quotes rarely survive the shell: a string key takes the bare text
     // (`--set train.mode=async`) unless it was written as a TOML string.
-    const bool named = spec->type == KeyType::kString || spec->type == KeyType::kEnum ||
-                       (spec->type == KeyType::kCountOrAuto && text == "auto");
+    const bool named =
+        spec->type == KeyType::kString || spec->type == KeyType::kEnum ||
+        ((spec->type == KeyType::kCountOrAuto || spec->type == KeyType::kFloatOrAuto) &&
+         text == "auto");
     if (named && (node == nullptr || !node->is_string())) {
       const toml::value<std::string> bare(text);
       if (auto why = assign(*spec, bare, m_cfg)) {
