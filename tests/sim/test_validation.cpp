@@ -31,8 +31,7 @@
 // from its own measured times, the mean step within 10 % for both; and a
 // pipelined straggler (worker 4 a fixed 3x machine, sync b = 0), whose
 // k-th-gradient profile (summary.json time_to_kth_mean_s, k = 1..5) the
-// simulation must give within kKthTolerance (the straggler's k = 5 within
-// kKthStragglerTolerance, see there): a straggler is
+// simulation must give within kKthTolerance at every k: a straggler is
 // slow at every layer in both (docs/design.md §7), so its upper buckets
 // occupy the links as late in the model as in the run.
 #include <algorithm>
@@ -50,14 +49,14 @@ namespace {
 
 constexpr double kTolerance = 0.10;
 constexpr double kMeanStepTolerance = 0.15;  // async, a secondary check (see above)
-// The pipelined straggler's k-th profile: k = 1..4 within 15 %, the
-// straggler's own (k = 5) within 25 %. Its 3x is slept on a core it then
-// leaves to the other five ranks (6 ranks on 2 cores shared with other
-// jobs, load ~18), so its measured compute, which the fit replays and the
-// model triples, is a contended one: real 675 ms against 790 simulated
-// (+17 %) at k = 5, -8.5 % to +3.6 % at k = 1..4, in the first run.
+// The pipelined straggler's k-th profile, every k within 15 %. It holds
+// since a worker's recorded compute_s leaves out its waits for parameters
+// inside a pipelined step (the fit replays it, the model adds the waits
+// itself and triples only the compute, as the worker slows only its own
+// work): real / simulated 243 / 241 ms at k = 5 (-1.0 %), -9.3 to -3.3 %
+// at k = 1..4. With the waits in compute_s the straggler's k = 5 was +17 %
+// and +40 % in two runs (the model tripled the waits too).
 constexpr double kKthTolerance = 0.15;
-constexpr double kKthStragglerTolerance = 0.25;
 
 struct Pair {
   nlohmann::json real, sim;
@@ -245,8 +244,7 @@ TEST_CASE("sim vs real: a pipelined straggler, the k-th gradient profile", "[.pi
   CHECK(rk[4].get<double>() > 1.3 * rk[3].get<double>());
   for (std::size_t k = 0; k < 5; ++k) {
     INFO("k = " << k + 1);
-    CHECK(std::abs(rel(rk[k].get<double>(), sk[k].get<double>())) <=
-          (k < 4 ? kKthTolerance : kKthStragglerTolerance));
+    CHECK(std::abs(rel(rk[k].get<double>(), sk[k].get<double>())) <= kKthTolerance);
   }
   fs::remove_all(dir);
 }
