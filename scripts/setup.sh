@@ -82,6 +82,16 @@ if ((tests)); then
   pip_install PIL pillow
   pip_install pandas pandas
   pip_install mlflow mlflow-skinny
+  # The safetensors round trip (tests/e2e/test_safetensors.py) loads an
+  # export into PyTorch. PyPI's torch is the CUDA build: 3.0 GB downloaded
+  # (torch 539 MB, the rest NVIDIA's libraries), 5.3 GB installed, 11 min
+  # here; into .deps/torch (ignored by git, kept between runs), never into
+  # the system's Python, and only once.
+  if ! python3 -c "import sys; sys.path.insert(0, '.deps/torch'); import torch, safetensors" 2>/dev/null; then
+    echo "setup: installing torch and safetensors from PyPI into .deps/torch (about 3 GB)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+      --target .deps/torch torch safetensors
+  fi
 fi
 
 # oneDNN 3 for the CPU backend, unless the caller names one (DNNL_ROOT, or
