@@ -20,6 +20,7 @@
 #include "rundir/meta.hpp"
 #include "rundir/open.hpp"
 #include "train/inputs.hpp"
+#include "train/reshape.hpp"
 
 namespace syncopt::train {
 
@@ -398,8 +399,14 @@ void AllreduceTrainer::save_alone(std::uint64_t k) {
 }
 
 void AllreduceTrainer::resume() {
-  const auto ck = checkpoint::load_latest(m_st.run_dir,
-                                          {checkpoint::kRunPart, checkpoint::rank_part(m_st.rank)});
+  // A checkpoint of another rank count: the loaders continued (reshape.hpp).
+  Shape shape;
+  shape.roles = m_st.roles;
+  shape.batch = m_batch;
+  shape.train_count = m_st.train->count;
+  shape.seed = m_cfg.run.seed;
+  const auto ck =
+      load_for_shape(m_st.run_dir, shape, {checkpoint::kRunPart, checkpoint::rank_part(m_st.rank)});
   const auto& s = ck.part(checkpoint::kRunPart);
   m_step = s.get<std::uint64_t>("step");
   m_examples = s.get<std::uint64_t>("examples");
