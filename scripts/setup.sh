@@ -27,8 +27,10 @@ PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libcli11-d
 # The SLURM tests (ctest -L slurm, root only) start a private single-node
 # SLURM: scripts/slurm/local-cluster.sh, which installs the same list when run
 # by itself. Installed here so that a test's time limit never pays for apt.
+# The cluster tests (ctest -L cluster, root only) make hosts of network
+# namespaces with iproute2's ip and tc (unshare is util-linux's, essential).
 TEST_PACKAGES=(
-  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev)
+  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev iproute2)
 
 tests=0
 if [ "${1:-}" = --list-packages ]; then
@@ -80,6 +82,16 @@ if ((tests)); then
   pip_install PIL pillow
   pip_install pandas pandas
   pip_install mlflow mlflow-skinny
+  # The safetensors round trip (tests/e2e/test_safetensors.py) loads an
+  # export into PyTorch. PyPI's torch is the CUDA build: 3.0 GB downloaded
+  # (torch 539 MB, the rest NVIDIA's libraries), 5.3 GB installed, 11 min
+  # here; into .deps/torch (ignored by git, kept between runs), never into
+  # the system's Python, and only once.
+  if ! python3 -c "import sys; sys.path.insert(0, '.deps/torch'); import torch, safetensors" 2>/dev/null; then
+    echo "setup: installing torch and safetensors from PyPI into .deps/torch (about 3 GB)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+      --target .deps/torch torch safetensors
+  fi
 fi
 
 # oneDNN 3 for the CPU backend, unless the caller names one (DNNL_ROOT, or

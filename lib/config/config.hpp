@@ -86,6 +86,9 @@ struct AutoCount {
 };
 using CountOrAuto = std::variant<std::int64_t, AutoCount>;
 inline bool is_auto(const CountOrAuto& c) { return std::holds_alternative<AutoCount>(c); }
+// A float that may also be "auto" (train.compute_budget_ms), the same way.
+using FloatOrAuto = std::variant<double, AutoCount>;
+inline bool is_auto(const FloatOrAuto& c) { return std::holds_alternative<AutoCount>(c); }
 
 struct TrainConfig {
   Mode mode = Mode::kLocal;               // parsed once from the name (config/mode.hpp)
@@ -103,6 +106,13 @@ struct TrainConfig {
   double simulated_staleness = 0.0;
   StalenessDist staleness_dist = StalenessDist::kFixed;
   std::int64_t staleness_max = 0;  // 0 = ceil(4 s)
+  // allreduce: micro-batches of this many examples (0 = the whole batch at
+  // once), and the time budget they are computed in (ms, 0 = none; auto:
+  // chosen from recent micro-batch times, keeping at least
+  // compute_budget_keep of the examples). docs/design.md §3.
+  std::int64_t micro_batch = 0;
+  FloatOrAuto compute_budget_ms = 0.0;
+  double compute_budget_keep = 0.75;
 
   bool operator==(const TrainConfig&) const = default;
 };
@@ -125,6 +135,7 @@ struct StragglerConfig {
   double alpha = 2.0;
   std::string trace;
   std::uint64_t seed = 0;
+  StragglerPhase phase = StragglerPhase::kCompute;
 
   bool operator==(const StragglerConfig&) const = default;
 };
@@ -173,6 +184,8 @@ struct SimConfig {
   double poll_max_us = 500.0;                // idle shard loop's longest back-off sleep; 0 = none
   double latency_us = 50.0;                  // one-way, per message
   double bandwidth_gbps = 10.0;              // per link and direction; 0 = unlimited
+  std::int64_t shards_per_host = 1;          // shards sharing one host's link
+  std::int64_t workers_per_host = 1;         // workers sharing one host's link
   std::int64_t param_count = 0;              // floats of the model; 0 = model.name's
   std::uint64_t seed = 1;                    // compute-time draws
   SimRecords records = SimRecords::kShard0;  // the step records steps.jsonl gets
