@@ -34,6 +34,8 @@ note() { echo "[$SCENARIO] $*"; }
 now() { date +%s.%N; }
 secs() { python3 -c "print(f'{$(now) - $1:.1f}')"; }
 field() { python3 -c "import json,sys; d=json.load(open('$1/summary.json')); print($2)" 2>/dev/null; }
+# Rank 0's reading and cutting of the checkpoint, as run.json records it.
+cut_s() { python3 -c "import json; print(f\"{json.load(open('$1/run.json'))['launches'][-1]['reshape']['seconds']:.3f}\")" 2>/dev/null; }
 
 job() {
   echo "train $CFG --quiet --set run.dir=$WORK --set run.name=$1 --set model.name=mlp" \
@@ -96,6 +98,8 @@ ps)
   [ "$RC" = 78 ] || fail "2 shards + 3 workers without run.reshape: exit $RC, expected 78"
   grep -q "6 ranks: 1 shard, 5 workers" "$WORK/log-refused" && grep -q "run.reshape=true" "$WORK/log-refused" ||
     fail "the refusal names neither the checkpoint's layout nor run.reshape: $(grep -m1 'cannot resume' "$WORK/log-refused")"
+  "$BIN" checkpoints "$WORK/r" 2>&1 | grep -q "it resumes with 6 rank(s)" ||
+    fail "after the refusal, syncopt checkpoints: $("$BIN" checkpoints "$WORK/r" 2>&1 | grep resumes)"
   # Two copies resumed to the checkpoint's step: 2 shards + 3 workers and
   # 1 shard + 6. The stopped run wrote its θ and θ̄ at step C (params.f32,
   # params_ema.f32); each copy, its own removed, writes them anew from the
@@ -113,7 +117,7 @@ ps)
     for f in params.f32 params_ema.f32; do
       cmp "$WORK/r/$f" "$WORK/$name/$f" || fail "$name ($ps shards, -np $np): $f differs from the checkpoint's"
     done
-    note "$ps shard(s), -np $np resumed at step $C in $T s (launch to exit); θ and θ̄ bitwise the checkpoint's"
+    note "$ps shard(s), -np $np resumed at step $C in $T s (launch to exit; read and cut in $(cut_s "$WORK/$name") s); θ and θ̄ bitwise the checkpoint's"
   done
   # On to step C + 40 on the new shapes: completed, every step once.
   END=$((C + 40))
@@ -156,7 +160,7 @@ l = json.load(open('$WORK/n$np/run.json'))['launches'][-1]
 r = l.get('reshape') or sys.exit('run.json: the launch records no reshape: ' + str(list(l)))
 assert r['from']['world'] == 4 and r['to']['world'] == $np and r['step'] == $C, r
 " || fail "-np $np: run.json's reshape"
-    note "-np $np resumed at step $C in $T s (launch to exit); the replica and θ̄ bitwise the checkpoint's"
+    note "-np $np resumed at step $C in $T s (launch to exit; read and cut in $(cut_s "$WORK/n$np") s); the replica and θ̄ bitwise the checkpoint's"
   done
   END=$((C + 40))
   for np in 3 6; do
