@@ -32,23 +32,13 @@ namespace syncopt::app {
 
 namespace {
 
-// The model's parameter groups for the simulator: floats, and the forward
-// FLOPs from each group's layer up to the next group's (the layers before
-// the first group go with it), as a share of the whole.
+// The model's parameter groups for the simulator: floats, and their share
+// of the forward FLOPs (nn::group_flops_shares).
 std::vector<sim::LayerCost> layer_costs(const nn::Graph& graph) {
   std::vector<sim::LayerCost> out;
-  if (graph.groups.empty()) return out;
-  std::vector<double> flops(graph.groups.size(), 0.0);
-  std::size_t g = 0;
-  for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
-    while (g + 1 < graph.groups.size() && static_cast<int>(n) >= graph.groups[g + 1].node) ++g;
-    flops[g] += static_cast<double>(graph.nodes[n].flops);
-  }
-  double total = 0.0;
-  for (const double f : flops) total += f;
+  const std::vector<double> shares = nn::group_flops_shares(graph);
   for (std::size_t i = 0; i < graph.groups.size(); ++i) {
-    out.push_back({graph.groups[i].count,
-                   total > 0.0 ? flops[i] / total : 1.0 / static_cast<double>(flops.size())});
+    out.push_back({graph.groups[i].count, shares[i]});
   }
   return out;
 }

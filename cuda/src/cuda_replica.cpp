@@ -97,6 +97,52 @@ class CudaReplica final : public replica::Replica {
     remember_finite(*m_h_flag.get() == 0);
   }
 
+  // Micro-batches: the sum lives in m_sum [count + 1], its last float the
+  // examples (docs/design.md §3), summed by the reducer in one collective.
+  float accumulate_gradient(const float* images, const std::int32_t* labels, int batch,
+                            bool first) override {
+    const float loss = compute_gradient(images, labels, batch);
+    if (m_sum.count() != m_count + 1) m_sum = DeviceBuffer<float>(m_count + 1);
+    weighted_accumulate(m_sum.get(), m_grad.get(), m_count, static_cast<float>(batch), first,
+                        m_stream);
+    return loss;
+  }
+
+  double reduce_gradient_sum(comm::Reducer& reducer, double examples) override {
+    SYNCOPT_CHECK_CUDA(cudaSetDevice(m_device));
+    m_finite_known = false;
+    if (m_sum.count() != m_count + 1) m_sum = DeviceBuffer<float>(m_count + 1);
+    *m_h_count.get() = static_cast<float>(examples);
+    SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_sum.get() + m_count, m_h_count.get(), sizeof(float),
+                                       cudaMemcpyHostToDevice, m_stream));
+    if (auto* d = dynamic_cast<DeviceReducer*>(&reducer); d != nullptr && d->device() == m_device) {
+      // NCCL, in place on our stream; the total comes back with its wait.
+      d->sum_device(m_sum.get(), m_count + 1, m_stream, [this] {
+        SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_h_count.get(), m_sum.get() + m_count, sizeof(float),
+                                           cudaMemcpyDeviceToHost, m_stream));
+      });
+    } else {
+      // Any other reducer (MPI) sums host memory: out, reduce, in.
+      m_host_sum.resize(m_count + 1);
+      SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_host_sum.data(), m_sum.get(),
+                                         (m_count + 1) * sizeof(float), cudaMemcpyDeviceToHost,
+                                         m_stream));
+      wait("the gradient sum's download for the reducer");
+      reducer.sum(m_host_sum.data(), m_host_sum.size());
+      SYNCOPT_CHECK_CUDA(cudaMemcpyAsync(m_sum.get(), m_host_sum.data(),
+                                         (m_count + 1) * sizeof(float), cudaMemcpyHostToDevice,
+                                         m_stream));
+      *m_h_count.get() = m_host_sum.back();
+    }
+    const double total = *m_h_count.get();
+    scaled_copy(m_sum.get(), m_count, static_cast<float>(1.0 / total), m_grad.get(), m_stream);
+    enqueue_finite_check();
+    // m_host_sum is read by the upload: wait before it is reused.
+    wait("the reduced gradient's scaling");
+    remember_finite(*m_h_flag.get() == 0);
+    return total;
+  }
+
   bool gradient_finite() const override {
     if (m_finite_known) return m_grad_finite;
     // Only when nothing computed the flag since the gradient last changed
@@ -232,6 +278,9 @@ class CudaReplica final : public replica::Replica {
   bool m_grad_finite = false;
   DeviceBuffer<float> m_theta, m_grad, m_mom, m_ms, m_ema;
   PinnedBuffer<float> m_host;  // staging for every copy to / from the host
+  DeviceBuffer<float> m_sum;   // micro-batches: the gradient sum, then the examples
+  PinnedBuffer<float> m_h_count{1};
+  std::vector<float> m_host_sum;  // the sum through an MPI reducer
   DeviceBuffer<int> m_d_flag;
   PinnedBuffer<int> m_h_flag;
 };

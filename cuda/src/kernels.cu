@@ -345,6 +345,22 @@ __global__ void scale_kernel(float* x, std::size_t n, float s) {
   }
 }
 
+__global__ void weighted_accumulate_kernel(float* sum, const float* g, std::size_t n, float w,
+                                           bool first) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float term = __fmul_rn(w, g[i]);
+    sum[i] = first ? term : __fadd_rn(sum[i], term);
+  }
+}
+
+__global__ void scaled_copy_kernel(const float* x, std::size_t n, float s, float* y) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    y[i] = x[i] * s;
+  }
+}
+
 __global__ void fill_kernel(float* x, std::size_t n, float v) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
@@ -558,6 +574,19 @@ void scale(float* x, std::size_t n, float s, cudaStream_t stream) {
   if (n == 0) return;
   scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, s);
   check_launch("scale_kernel");
+}
+
+void weighted_accumulate(float* sum, const float* g, std::size_t n, float w, bool first,
+                         cudaStream_t stream) {
+  if (n == 0) return;
+  weighted_accumulate_kernel<<<blocks_for(n), kThreads, 0, stream>>>(sum, g, n, w, first);
+  check_launch("weighted_accumulate_kernel");
+}
+
+void scaled_copy(const float* x, std::size_t n, float s, float* y, cudaStream_t stream) {
+  if (n == 0) return;
+  scaled_copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, s, y);
+  check_launch("scaled_copy_kernel");
 }
 
 void fill(float* x, std::size_t n, float v, cudaStream_t stream) {

@@ -261,6 +261,10 @@ struct NcclReducer::Impl {
     if (mean) scale(d, count, 1.0f / static_cast<float>(size), s);
     return what;
   }
+
+  // In place over host memory through the pinned and device buffers: the
+  // sum, or the mean.
+  void reduce_host(float* host, std::size_t count, bool mean);
 };
 
 namespace {
@@ -310,12 +314,15 @@ int NcclReducer::size() const { return m_impl->size; }
 int NcclReducer::device() const { return m_impl->device; }
 double NcclReducer::timeout_s() const { return m_impl->timeout_s; }
 
-void NcclReducer::allreduce_sum(float* device_buf, std::size_t count, void* stream) {
+void NcclReducer::allreduce_sum(float* device_buf, std::size_t count, void* stream,
+                                const std::function<void()>& then) {
   Impl& im = *m_impl;
   if (count == 0) return;  // every rank passes the same count
   SYNCOPT_CHECK_CUDA(cudaSetDevice(im.device));
   const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : im.stream.get();
-  im.wait_done(s, im.enqueue(device_buf, count, s, false));
+  const std::string what = im.enqueue(device_buf, count, s, false);
+  if (then) then();
+  im.wait_done(s, what);
 }
 
 void NcclReducer::allreduce_mean(float* device_buf, std::size_t count, void* stream,
@@ -330,7 +337,15 @@ void NcclReducer::allreduce_mean(float* device_buf, std::size_t count, void* str
 }
 
 void NcclReducer::allreduce_mean_host(float* host, std::size_t count) {
-  Impl& im = *m_impl;
+  m_impl->reduce_host(host, count, true);
+}
+
+void NcclReducer::allreduce_sum_host(float* host, std::size_t count) {
+  m_impl->reduce_host(host, count, false);
+}
+
+void NcclReducer::Impl::reduce_host(float* host, std::size_t count, bool mean) {
+  Impl& im = *this;
   if (count == 0) return;  // every rank passes the same count
   SYNCOPT_CHECK_CUDA(cudaSetDevice(im.device));
   im.reserve(count);
@@ -339,7 +354,7 @@ void NcclReducer::allreduce_mean_host(float* host, std::size_t count) {
   std::memcpy(im.h_buf.get(), host, nbytes);
   SYNCOPT_CHECK_CUDA(
       cudaMemcpyAsync(im.d_buf.get(), im.h_buf.get(), nbytes, cudaMemcpyHostToDevice, s));
-  const std::string what = im.enqueue(im.d_buf.get(), count, s, true);
+  const std::string what = im.enqueue(im.d_buf.get(), count, s, mean);
   SYNCOPT_CHECK_CUDA(
       cudaMemcpyAsync(im.h_buf.get(), im.d_buf.get(), nbytes, cudaMemcpyDeviceToHost, s));
   im.wait_done(s, what);
@@ -352,10 +367,15 @@ std::unique_ptr<DeviceReducer> make_nccl_reducer(MPI_Comm comm, int device, doub
     Nccl(MPI_Comm c, int dev, double timeout) : m_reducer(c, dev, timeout) {}
     std::string name() const override { return "nccl"; }
     void mean(float* buf, std::size_t count) override { m_reducer.allreduce_mean_host(buf, count); }
+    void sum(float* buf, std::size_t count) override { m_reducer.allreduce_sum_host(buf, count); }
     int device() const override { return m_reducer.device(); }
     void mean_device(float* d_buf, std::size_t count, void* stream,
                      const std::function<void()>& then) override {
       m_reducer.allreduce_mean(d_buf, count, stream, then);
+    }
+    void sum_device(float* d_buf, std::size_t count, void* stream,
+                    const std::function<void()>& then) override {
+      m_reducer.allreduce_sum(d_buf, count, stream, then);
     }
 
    private:

@@ -19,7 +19,7 @@
 namespace syncopt::comm {
 
 inline constexpr std::uint32_t kMagic = 0x53594E43u;  // "SYNC"
-inline constexpr std::uint16_t kProtoVersion = 6;
+inline constexpr std::uint16_t kProtoVersion = 7;
 inline constexpr std::uint64_t kAnyVersion = ~std::uint64_t{0};
 // CHECKPOINT with this step: no checkpoint is saved, the run just ends.
 inline constexpr std::uint64_t kNoCheckpoint = ~std::uint64_t{0};
@@ -103,13 +103,22 @@ struct MsgHeader {
   std::uint32_t offset = 0;
   std::uint16_t bucket = 0;
   std::uint16_t buckets = 1;
+  // GRAD: the worker's phases of the step so far, seconds (complete in the
+  // bucket that completes the gradient; docs/outputs.md grads[].phases):
+  // with kPhasesSplit forward_s and backward_s apart (a pipelined step),
+  // else forward_s holds the whole compute.
+  float data_s = 0.0f, forward_s = 0.0f, backward_s = 0.0f, wait_s = 0.0f, send_s = 0.0f;
+  std::uint32_t phase_flags = 0;  // kPhases*
 };
+
+inline constexpr std::uint32_t kPhasesMeasured = 1u;  // the phase fields hold times
+inline constexpr std::uint32_t kPhasesSplit = 2u;     // forward and backward apart
 
 // Bytes of the elements a header announces: `count` of them, two bytes
 // each with kFlagBf16, four otherwise.
 inline std::size_t element_bytes(const MsgHeader& h) { return (h.flags & kFlagBf16) != 0 ? 2 : 4; }
 inline std::size_t payload_bytes(const MsgHeader& h) { return h.count * element_bytes(h); }
-static_assert(sizeof(MsgHeader) == 80, "MsgHeader is part of the wire format");
+static_assert(sizeof(MsgHeader) == 104, "MsgHeader is part of the wire format");
 
 // The one way to start a header: kind, sender (world rank), shard, and the
 // version field; the rest zero. Callers fill in what their kind carries.

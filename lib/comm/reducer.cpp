@@ -23,16 +23,24 @@ class MpiReducer final : public Reducer {
     m_grace_s = error_grace_s;
   }
   void mean(float* buf, std::size_t count) override {
+    reduce(buf, count, 1.0f / static_cast<float>(m_size));
+  }
+  void sum(float* buf, std::size_t count) override { reduce(buf, count, 1.0f); }
+
+ private:
+  // buf <- (sum over the ranks) * scale; no multiplication when scale = 1.
+  void reduce(float* buf, std::size_t count, float scale) {
     if (count > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
       throw InternalError("MpiReducer: " + std::to_string(count) +
                           " floats exceed one MPI_Allreduce's int count");
     }
     if (m_abandoned) throw InternalError("MpiReducer used after a reduction was given up");
-    const float inv = 1.0f / static_cast<float>(m_size);
     if (!m_hook) {
       SYNCOPT_CHECK_MPI(
           MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM, m_comm));
-      for (std::size_t i = 0; i < count; ++i) buf[i] *= inv;
+      if (scale != 1.0f) {
+        for (std::size_t i = 0; i < count; ++i) buf[i] *= scale;
+      }
       return;
     }
     // The reduction runs on a buffer of ours: if the wait is given up, MPI
@@ -49,11 +57,14 @@ class MpiReducer final : public Reducer {
       m_abandoned = true;
       throw;
     }
-    const float* sum = m_buf->data();
-    for (std::size_t i = 0; i < count; ++i) buf[i] = sum[i] * inv;
+    const float* total = m_buf->data();
+    if (scale == 1.0f) {
+      std::copy_n(total, count, buf);
+    } else {
+      for (std::size_t i = 0; i < count; ++i) buf[i] = total[i] * scale;
+    }
   }
 
- private:
   MPI_Comm m_comm;
   int m_size = 1;
   WaitHook m_hook;

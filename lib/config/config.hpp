@@ -85,6 +85,9 @@ struct AutoCount {
 };
 using CountOrAuto = std::variant<std::int64_t, AutoCount>;
 inline bool is_auto(const CountOrAuto& c) { return std::holds_alternative<AutoCount>(c); }
+// A float that may also be "auto" (train.compute_budget_ms), the same way.
+using FloatOrAuto = std::variant<double, AutoCount>;
+inline bool is_auto(const FloatOrAuto& c) { return std::holds_alternative<AutoCount>(c); }
 
 struct TrainConfig {
   Mode mode = Mode::kLocal;               // parsed once from the name (config/mode.hpp)
@@ -102,6 +105,13 @@ struct TrainConfig {
   double simulated_staleness = 0.0;
   StalenessDist staleness_dist = StalenessDist::kFixed;
   std::int64_t staleness_max = 0;  // 0 = ceil(4 s)
+  // allreduce: micro-batches of this many examples (0 = the whole batch at
+  // once), and the time budget they are computed in (ms, 0 = none; auto:
+  // chosen from recent micro-batch times, keeping at least
+  // compute_budget_keep of the examples). docs/design.md §3.
+  std::int64_t micro_batch = 0;
+  FloatOrAuto compute_budget_ms = 0.0;
+  double compute_budget_keep = 0.75;
 
   bool operator==(const TrainConfig&) const = default;
 };
@@ -124,6 +134,7 @@ struct StragglerConfig {
   double alpha = 2.0;
   std::string trace;
   std::uint64_t seed = 0;
+  StragglerPhase phase = StragglerPhase::kCompute;
 
   bool operator==(const StragglerConfig&) const = default;
 };

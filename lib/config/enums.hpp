@@ -80,6 +80,8 @@ enum class Clock { kWall, kVirtual };
 enum class StalenessDist { kFixed, kUniform, kGeometric, kExponential };
 // stragglers.model
 enum class StragglerModel { kNone, kBernoulli, kExponential, kLognormal, kPareto, kFixed, kTrace };
+// stragglers.phase: what a straggler is slow at
+enum class StragglerPhase { kCompute, kData };
 // compute.backend
 enum class Backend { kCpu, kCuda };
 // compute.precision (the backends' own enum)
@@ -136,6 +138,10 @@ template <> struct EnumTable<StragglerModel> {
       {StragglerModel::kExponential, "exponential"}, {StragglerModel::kLognormal, "lognormal"},
       {StragglerModel::kPareto, "pareto"}, {StragglerModel::kFixed, "fixed"},
       {StragglerModel::kTrace, "trace"}}};
+};
+template <> struct EnumTable<StragglerPhase> {
+  static constexpr std::array<EnumName<StragglerPhase>, 2> kNames{{
+      {StragglerPhase::kCompute, "compute"}, {StragglerPhase::kData, "data"}}};
 };
 template <> struct EnumTable<Precision> {
   static constexpr std::array<EnumName<Precision>, 2> kNames{{

@@ -163,14 +163,15 @@ std::vector<KeySpec> make_key_specs() {
           "timeout: an update falls due when N gradients of the version arrived, or this "
           "many ms after the first of them (at least one): docs/design.md's rule (§3), not the "
           "step's start."),
-      SYNCOPT_KEY(train, clock, no_range(), "sync and timeout only for virtual",
+      SYNCOPT_KEY(train, clock, no_range(), "virtual: sync, timeout and allreduce",
                   "wall: real arrival times decide which N of N + b count. virtual: every "
                   "gradient gets a modelled finish time (a compute time drawn from sim.compute_ms, "
                   "sim.compute_cv, sim.compute_dist and sim.seed, plus its seeded straggler "
                   "delay, not slept, from when the worker was answered); shards take gradients "
                   "in the order of those times and accept the first N, as syncopt simulate "
                   "does, so runs are bitwise repeatable for any b and records use the virtual "
-                  "time axis."),
+                  "time axis. In allreduce the same draws and delays time each rank's step, "
+                  "and a compute budget decides on them."),
       SYNCOPT_KEY(train, agree_shards, no_range(), "",
                   "sync and timeout with several shards: shard 0 decides which N workers an "
                   "update averages and the other shards apply the same ones (else each shard "
@@ -188,6 +189,24 @@ std::vector<KeySpec> make_key_specs() {
                   "stragglers.seed, or run.seed when that is 0."),
       SYNCOPT_KEY(train, staleness_max, at_least(0), "> train.simulated_staleness if set",
                   "geometric: largest s_t (draws above are clamped); 0 = ceil(4 s)."),
+      SYNCOPT_KEY(train, micro_batch, int_from(0), "allreduce only; <= train.batch",
+                  "Micro-batches of this many examples (the last one takes what is left of "
+                  "train.batch): each rank sums their gradients, weighted by their examples, "
+                  "before the allreduce; 0 = the whole batch at once."),
+      SYNCOPT_KEY(train, compute_budget_ms, at_least(0), "allreduce with train.micro_batch",
+                  "DropCompute's time budget: each rank computes its micro-batches while the "
+                  "next one, at the pace of its last, ends within this many ms of the step's "
+                  "start (at least one), then joins the allreduce with the sum of their "
+                  "gradients and their examples; the update divides by the examples of all ranks, "
+                  "and the examples not computed are recorded per rank and step (grads[].skipped) "
+                  "and do not count towards the epoch. 0 = no budget. \"auto\": chosen every "
+                  "step, alike on every rank, from every rank's per-example time over the last 20 "
+                  "steps: the largest budget whose rate (examples computed per second of step) "
+                  "is within 1 % of the best, among those keeping at least "
+                  "train.compute_budget_keep of the examples (docs/design.md §3)."),
+      SYNCOPT_KEY(train, compute_budget_keep, within(0, true, 1, false), "",
+                  "compute_budget_ms = \"auto\": the least share of the examples the "
+                  "chosen budget would have kept over the last 20 steps."),
       // [cluster]
       SYNCOPT_KEY(cluster, ps, int_from(1), "", "Parameter-server shards (one rank each)."),
       SYNCOPT_KEY(cluster, evaluator, no_range(), "",
@@ -214,6 +233,10 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(stragglers, trace, no_range(), "required when stragglers.model = trace",
                   "trace: a steps.jsonl (or CSV) whose arrival times are replayed."),
       SYNCOPT_KEY(stragglers, seed, no_range(), "0 .. 2^63-1", "Seed of the straggler draws."),
+      SYNCOPT_KEY(stragglers, phase, no_range(), "data: allreduce and the workers",
+                  "What a straggler is slow at: compute (its forward and backward, layer by "
+                  "layer, docs/design.md §7) or data (its data loader: the slowdown is slept as "
+                  "it assembles each batch, before computing; not under train.clock = virtual)."),
       // [eval]
       SYNCOPT_KEY(eval, every_steps, at_least(0), "", "Evaluate every N updates; 0 = off."),
       SYNCOPT_KEY(eval, every_s, at_least(0), "",

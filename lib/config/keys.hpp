@@ -25,7 +25,18 @@ inline constexpr std::uint64_t kMaxTomlInt =
 // and never a batch of 1.
 inline constexpr double kIntMax = std::numeric_limits<int>::max();
 
-enum class KeyType { kString, kInt, kUint, kFloat, kBool, kIntList, kEnum, kCountOrAuto, kLayers };
+enum class KeyType {
+  kString,
+  kInt,
+  kUint,
+  kFloat,
+  kBool,
+  kIntList,
+  kEnum,
+  kCountOrAuto,
+  kFloatOrAuto,
+  kLayers
+};
 
 // How the key table reads and writes an enum field without knowing its type.
 struct EnumOps {
@@ -67,6 +78,8 @@ constexpr KeyType key_type_of() {
     return KeyType::kEnum;
   } else if constexpr (std::is_same_v<T, CountOrAuto>) {
     return KeyType::kCountOrAuto;
+  } else if constexpr (std::is_same_v<T, FloatOrAuto>) {
+    return KeyType::kFloatOrAuto;
   } else if constexpr (std::is_same_v<T, std::vector<nn::LayerDesc>>) {
     return KeyType::kLayers;  // read and written by config/model_layers.cpp
   } else {

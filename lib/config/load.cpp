@@ -350,8 +350,10 @@ class Loader {
     const toml::node* node = parsed ? parsed->get("v") : nullptr;
     // Quotes rarely survive the shell: a string key takes the bare text
     // (`--set train.mode=async`) unless it was written as a TOML string.
-    const bool named = spec.type == KeyType::kString || spec.type == KeyType::kEnum ||
-                       (spec.type == KeyType::kCountOrAuto && text == "auto");
+    const bool named =
+        spec.type == KeyType::kString || spec.type == KeyType::kEnum ||
+        ((spec.type == KeyType::kCountOrAuto || spec.type == KeyType::kFloatOrAuto) &&
+         text == "auto");
     if (named && (node == nullptr || !node->is_string())) {
       const toml::value<std::string> bare(text);
       if (auto why = assign(spec, bare, m_cfg)) return where + ": " + why->text;
@@ -389,7 +391,8 @@ class Loader {
       if (spec.type == KeyType::kString) return field_of<std::string>(spec, m_cfg);
       if (spec.type == KeyType::kEnum)
         return std::string(spec.enum_ops->name_of(spec.field(m_cfg)));
-      if (spec.type == KeyType::kCountOrAuto && is_auto(field_of<CountOrAuto>(spec, m_cfg)))
+      if ((spec.type == KeyType::kCountOrAuto && is_auto(field_of<CountOrAuto>(spec, m_cfg))) ||
+          (spec.type == KeyType::kFloatOrAuto && is_auto(field_of<FloatOrAuto>(spec, m_cfg))))
         return std::string("auto");  // the word, not the TOML string "\"auto\""
       return format_value(spec, m_cfg);
     };

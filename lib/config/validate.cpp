@@ -71,6 +71,13 @@ void check_each_key(const Config& cfg,
           add(spec, "must be \"auto\" or " + range_text(spec.range));
         }
         break;
+      case KeyType::kFloatOrAuto:
+        if (const auto& v = field_of<FloatOrAuto>(spec, cfg);
+            !is_auto(v) &&
+            (!std::isfinite(std::get<double>(v)) || !in_range(std::get<double>(v), spec.range))) {
+          add(spec, "must be \"auto\" or " + range_text(spec.range));
+        }
+        break;
       case KeyType::kUint:
         // TOML integers are signed 64-bit: a larger seed could not be written back.
         if (field_of<std::uint64_t>(spec, cfg) > kMaxTomlInt)
@@ -104,6 +111,31 @@ void check_each_key(const Config& cfg,
   }
 }
 
+// Micro-batches and the compute budget (allreduce, docs/design.md §3).
+void check_micro_batches(const Config& cfg,
+                         const std::function<void(const KeySpec&, const std::string&)>& add) {
+  const TrainConfig& t = cfg.train;
+  const bool budget = is_auto(t.compute_budget_ms) || std::get<double>(t.compute_budget_ms) > 0.0;
+  if (t.micro_batch > 0 && t.mode != Mode::kAllreduce) {
+    add(spec_of("train", "micro_batch"),
+        "applies to train.mode = \"allreduce\" only (set it to 0 for " +
+            std::string(mode_name(t.mode)) + ")");
+  } else if (t.micro_batch > t.batch) {
+    add(spec_of("train", "micro_batch"), "exceeds train.batch = " + std::to_string(t.batch) +
+                                             "; a micro-batch is part of a rank's batch");
+  }
+  if (budget && t.mode != Mode::kAllreduce) {
+    add(spec_of("train", "compute_budget_ms"),
+        "applies to train.mode = \"allreduce\" only (the parameter-server modes cut "
+        "stragglers with train.backups)");
+  } else if (budget && (t.micro_batch == 0 || t.micro_batch == t.batch)) {
+    add(spec_of("train", "compute_budget_ms"),
+        "needs micro-batches smaller than the batch to cut: set train.micro_batch to 1 .. " +
+            std::to_string(std::max<std::int64_t>(1, t.batch - 1)) +
+            " (e.g. train.batch / 4; every rank computes at least one)");
+  }
+}
+
 // Rules beyond one key's range.
 void check_across_keys(const Config& cfg,
                        const std::function<void(const KeySpec&, const std::string&)>& add) {
@@ -131,11 +163,13 @@ void check_across_keys(const Config& cfg,
         "needs optim.scale_lr_by_n = true: the lr follows the N "
         "that is chosen");
   }
-  if (cfg.train.clock == Clock::kVirtual && !traits(cfg.train.mode).versioned) {
+  if (cfg.train.clock == Clock::kVirtual && !traits(cfg.train.mode).versioned &&
+      cfg.train.mode != Mode::kAllreduce) {
     add(spec_of("train", "clock"),
-        "applies to train.mode = sync or timeout (use syncopt simulate "
+        "applies to train.mode = sync, timeout or allreduce (use syncopt simulate "
         "for the other modes in modelled time)");
   }
+  check_micro_batches(cfg, add);
   if (const double s = cfg.train.simulated_staleness; s > 0) {
     const auto& spec = spec_of("train", "simulated_staleness");
     const StalenessDist dist = cfg.train.staleness_dist;

@@ -29,6 +29,8 @@ std::string type_name(KeyType type) {
       return "list of integers";
     case KeyType::kCountOrAuto:
       return "integer or \"auto\"";
+    case KeyType::kFloatOrAuto:
+      return "float or \"auto\"";
     case KeyType::kLayers:
       return "array of layer tables";
   }
@@ -46,6 +48,10 @@ std::string format_value(const KeySpec& spec, const Config& cfg) {
     case KeyType::kCountOrAuto: {
       const auto& v = field_of<CountOrAuto>(spec, cfg);
       return is_auto(v) ? toml_string(kAutoWord) : std::to_string(std::get<std::int64_t>(v));
+    }
+    case KeyType::kFloatOrAuto: {
+      const auto& v = field_of<FloatOrAuto>(spec, cfg);
+      return is_auto(v) ? toml_string(kAutoWord) : toml_float(std::get<double>(v));
     }
     case KeyType::kUint:
       return std::to_string(field_of<std::uint64_t>(spec, cfg));
@@ -156,6 +162,25 @@ std::optional<AssignError> assign_uint(const KeySpec& spec, const toml::node& no
 }
 
 // A float, or an integer taken as one.
+std::optional<AssignError> assign_float_or_auto(const KeySpec& spec, const toml::node& node,
+                                                Config& cfg) {
+  if (const auto* v = node.as_integer()) {
+    field_of<FloatOrAuto>(spec, cfg) = static_cast<double>(v->get());
+    return std::nullopt;
+  }
+  if (const auto* v = node.as_floating_point()) {
+    field_of<FloatOrAuto>(spec, cfg) = v->get();
+    return std::nullopt;
+  }
+  const auto* v = node.as_string();
+  if (v == nullptr) return mismatch(spec, node);
+  if (v->get() != kAutoWord) {
+    return AssignError{"expected float or \"auto\", found " + describe(node)};
+  }
+  field_of<FloatOrAuto>(spec, cfg) = AutoCount{};
+  return std::nullopt;
+}
+
 std::optional<AssignError> assign_float(const KeySpec& spec, const toml::node& node, Config& cfg) {
   if (node.as_integer() != nullptr) return assign_as<double, std::int64_t>(spec, node, cfg);
   return assign_as<double, double>(spec, node, cfg);
@@ -190,6 +215,8 @@ std::optional<AssignError> assign(const KeySpec& spec, const toml::node& node, C
       return assign_as<std::int64_t, std::int64_t>(spec, node, cfg);
     case KeyType::kCountOrAuto:
       return assign_count_or_auto(spec, node, cfg);
+    case KeyType::kFloatOrAuto:
+      return assign_float_or_auto(spec, node, cfg);
     case KeyType::kUint:
       return assign_uint(spec, node, cfg);
     case KeyType::kFloat:

@@ -164,8 +164,13 @@ Plan make_plan(const config::Config& cfg, const Roles& roles, std::int64_t train
     p.total_steps = static_cast<std::uint64_t>(
         std::ceil(cfg.train.epochs * p.train_count / p.examples_per_update));
     // Shards count accepted examples (a timeout update may carry fewer
-    // than N); the local and allreduce loops always take whole updates.
-    if (traits(roles.mode).uses_ps) {
+    // than N), and so does allreduce with a compute budget (an update may
+    // carry fewer than K batches); otherwise local and allreduce take whole
+    // updates.
+    const auto& budget = cfg.train.compute_budget_ms;
+    const bool budgeted = roles.mode == config::Mode::kAllreduce && cfg.train.micro_batch > 0 &&
+                          (config::is_auto(budget) || std::get<double>(budget) > 0.0);
+    if (traits(roles.mode).uses_ps || budgeted) {
       p.target_examples = static_cast<std::uint64_t>(std::ceil(cfg.train.epochs * p.train_count));
     }
   }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "metrics/blame.hpp"
 #include "metrics/records.hpp"
 
 namespace syncopt::metrics {
@@ -100,6 +101,10 @@ struct Analyzer::State {
   std::vector<double> kth_sum;
   // counts
   std::vector<std::int64_t> drops0, drops_all, accepted0;
+  // allreduce with micro-batches: examples each rank did not compute
+  std::vector<std::int64_t> skipped;
+  bool micro = false;
+  std::unique_ptr<Blame> blame;  // the slow rank named, from the phases
   std::map<std::int64_t, std::int64_t> hist_applied, hist_all;
   double staleness_sum = 0.0, staleness_max = 0.0;
   std::uint64_t wire_bytes = 0;  // every shard's records
@@ -165,6 +170,7 @@ Analyzer::Analyzer(const RunInfo& info) : m(std::make_unique<State>()) {
   const auto K = static_cast<std::size_t>(m->K);
   m->newest.assign(K, kNoVersion);
   m->kth.assign(m->versioned ? K : 0, {});
+  m->blame = std::make_unique<Blame>(m->K);
   m->kth_sum.assign(m->kth.size(), 0.0);
   m->drops0.assign(K, 0);
   m->drops_all = m->accepted0 = m->drops0;
@@ -185,6 +191,7 @@ void Analyzer::add(const StepRecord& r) {
   st.any = true;
   st.wire_bytes += r.wire_bytes;
   if (r.shard == 0) {
+    st.blame->add(r);
     if (st.shard0_steps > 0 && r.step < st.last_step) st.out_of_order = true;
     if (st.shard0_steps == 0) st.first_start = r.t_start;
     ++st.shard0_steps;
@@ -215,6 +222,11 @@ void Analyzer::add(const StepRecord& r) {
   for (const auto& g : r.grads) {
     if (g.worker >= 0 && g.worker < st.K) {
       const auto w = static_cast<std::size_t>(g.worker);
+      if (g.examples > 0 && r.shard == 0) {
+        st.micro = true;
+        st.skipped.resize(static_cast<std::size_t>(st.K), 0);
+        st.skipped[w] += g.skipped;
+      }
       if (!g.accepted) {
         ++st.drops_all[w];
         if (r.shard == 0) ++st.drops0[w];
@@ -326,6 +338,13 @@ RunAnalysis Analyzer::finish() {
       measured && steps > 0 ? json(static_cast<double>(st.wire_bytes) / static_cast<double>(steps))
                             : json(nullptr);
   an.summary["exchange_wire"] = info.wire.empty() ? json(nullptr) : json(info.wire);
+  st.blame->put_summary(an.summary);
+  // allreduce with micro-batches (a compute budget): the examples of each
+  // rank's batches that were not computed; null otherwise.
+  std::int64_t skipped = 0;
+  for (const auto v : st.skipped) skipped += v;
+  an.summary["skipped_examples_per_worker"] = st.micro ? json(st.skipped) : json(nullptr);
+  an.summary["skipped_examples"] = st.micro ? json(skipped) : json(nullptr);
   return an;
 }
 
@@ -464,15 +483,22 @@ void put_time_to_kth(std::ostream& os, const json& s) {
   }
 }
 
-// Accepted and dropped gradients per worker, and what the shards disagreed on.
+// Accepted and dropped gradients per worker (and, with a compute budget, the
+// examples each did not compute), and what the shards disagreed on.
 void put_workers(std::ostream& os, const json& s) {
-  os << "per worker (shard 0):   accepted   dropped\n";
+  const auto& skipped = s.value("skipped_examples_per_worker", json(nullptr));
+  os << "per worker (shard 0):   accepted   dropped"
+     << (skipped.is_array() ? "   examples not computed\n" : "\n");
   const auto& acc = s["accepted_per_worker"];
   const auto& drops = s["drops_per_worker"];
   for (std::size_t w = 0; w < drops.size(); ++w) {
-    put(os, "  worker %-4zu          %8lld  %8lld\n", w,
+    put(os, "  worker %-4zu          %8lld  %8lld", w,
         static_cast<long long>(acc[w].get<std::int64_t>()),
         static_cast<long long>(drops[w].get<std::int64_t>()));
+    if (skipped.is_array() && w < skipped.size()) {
+      put(os, "  %22lld", static_cast<long long>(skipped[w].get<std::int64_t>()));
+    }
+    os << "\n";
   }
   if (s["S"].get<int>() > 1) {
     const auto& d = s["cross_shard_disagreements"];
@@ -540,6 +566,7 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals,
   put_run(os, s, incomplete);
   put_time_to_kth(os, s);
   put_workers(os, s);
+  os << format_blame(s);
   put_staleness(os, s);
   put_accuracy(os, s, evals, incomplete);
   return os.str();

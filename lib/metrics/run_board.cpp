@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "metrics/blame.hpp"
+
 namespace syncopt::metrics {
 
 namespace {
@@ -75,6 +77,29 @@ void RunBoard::step(const StepRecord& r) {
                              std::to_string(b));
     }
     m_writer.scalar(m_layer_tags[b], step, sum / n, wall);
+  }
+  scores(r, step, wall);
+}
+
+// The ranks' scores of this step (metrics/blame.hpp): the highest relative
+// score, and each worker's relative and individual score (the latter
+// against its least own work so far) when there are at most
+// kScoredWorkers.
+void RunBoard::scores(const StepRecord& r, std::int64_t step, double wall) {
+  const std::vector<StepScore> s = score_step(r);
+  if (s.empty()) return;
+  double highest = 1.0;
+  for (const StepScore& x : s) highest = std::max(highest, x.relative);
+  m_writer.scalar("ranks/relative_score_max", step, highest, wall);
+  if (s.size() > kScoredWorkers) return;
+  for (const StepScore& x : s) {
+    auto [it, fresh] = m_least_work.try_emplace(x.worker, x.work_s);
+    if (!fresh) it->second = std::min(it->second, x.work_s);
+    const std::string w = std::to_string(x.worker);
+    m_writer.scalar("ranks/relative_score/worker_" + w, step, x.relative, wall);
+    if (it->second > 0.0) {
+      m_writer.scalar("ranks/individual_score/worker_" + w, step, x.work_s / it->second, wall);
+    }
   }
 }
 

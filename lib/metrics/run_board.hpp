@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,8 @@ class RunBoard {
   RunBoard(const std::filesystem::path& dir, const std::string& tag, const RunClock& clock);
 
   void step(const StepRecord& r);
+  // Workers up to which each one's scores get a tag of their own.
+  static constexpr std::size_t kScoredWorkers = 32;
   // The layers of each bucket of the records' shard (shard 0), in forward
   // order, for the staleness_by_layer tags.
   void set_bucket_layers(std::vector<std::string> layers);
@@ -75,12 +78,14 @@ class RunBoard {
   const std::filesystem::path& path() const { return m_writer.path(); }
 
  private:
+  void scores(const StepRecord& r, std::int64_t step, double wall);
   TensorBoardWriter m_writer;
   const RunClock& m_clock;
   std::vector<double> m_arrivals;         // reused across records
   std::vector<std::string> m_layer_tags;  // sync/staleness_by_layer/<b>-<layers>
   // Smoothed seconds per update, and the last record it saw.
   double m_step_s = 0.0;
+  std::map<int, double> m_least_work;  // per worker: its least own work so far (metrics/blame.hpp)
   std::uint64_t m_last_step = 0;
   double m_last_apply = 0.0;
 };

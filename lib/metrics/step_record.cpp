@@ -40,6 +40,64 @@ void put_key(std::string& out, const char* key) {
   out += "\":";
 }
 
+// One gradient's fields, in sorted order, without its braces.
+void put_grad(std::string& out, const GradRecord& g) {
+  put_key(out, "accepted");
+  out += g.accepted ? "true," : "false,";
+  put_key(out, "arrival_s");
+  put_double(out, g.arrival_s);
+  out += ',';
+  put_key(out, "compute_s");
+  put_double(out, g.compute_s);
+  out += ',';
+  if (g.examples > 0) {
+    put_key(out, "examples");
+    put_int(out, g.examples);
+    out += ',';
+  }
+  if (!g.layer_staleness.empty()) {
+    put_key(out, "layer_staleness");
+    out += '[';
+    for (std::size_t i = 0; i < g.layer_staleness.size(); ++i) {
+      if (i > 0) out += ',';
+      put_int(out, g.layer_staleness[i]);
+    }
+    out += "],";
+  }
+  put_key(out, "loss");
+  put_double(out, static_cast<double>(g.loss));
+  out += ',';
+  if (!g.phases.empty()) {
+    put_key(out, "phases");
+    out += '{';
+    bool first_phase = true;
+    for (std::size_t p = 0; p < kPhaseCount; ++p) {
+      if (!g.phases.has(static_cast<Phase>(p))) continue;
+      if (!first_phase) out += ',';
+      first_phase = false;
+      put_key(out, kPhaseNames[p]);
+      put_double(out, g.phases.s[p]);
+    }
+    out += "},";
+  }
+  put_key(out, "seq");
+  put_int(out, g.seq);
+  out += ',';
+  if (g.examples > 0) {
+    put_key(out, "skipped");
+    put_int(out, g.skipped);
+    out += ',';
+  }
+  put_key(out, "staleness");
+  put_int(out, g.staleness);
+  out += ',';
+  put_key(out, "version");
+  put_int(out, g.version);
+  out += ',';
+  put_key(out, "worker");
+  put_int(out, g.worker);
+}
+
 }  // namespace
 
 void append_json_line(std::string& out, const StepRecord& r) {
@@ -53,37 +111,7 @@ void append_json_line(std::string& out, const StepRecord& r) {
   for (const auto& g : r.grads) {
     out += first ? "{" : ",{";
     first = false;
-    put_key(out, "accepted");
-    out += g.accepted ? "true," : "false,";
-    put_key(out, "arrival_s");
-    put_double(out, g.arrival_s);
-    out += ',';
-    put_key(out, "compute_s");
-    put_double(out, g.compute_s);
-    out += ',';
-    if (!g.layer_staleness.empty()) {
-      put_key(out, "layer_staleness");
-      out += '[';
-      for (std::size_t i = 0; i < g.layer_staleness.size(); ++i) {
-        if (i > 0) out += ',';
-        put_int(out, g.layer_staleness[i]);
-      }
-      out += "],";
-    }
-    put_key(out, "loss");
-    put_double(out, static_cast<double>(g.loss));
-    out += ',';
-    put_key(out, "seq");
-    put_int(out, g.seq);
-    out += ',';
-    put_key(out, "staleness");
-    put_int(out, g.staleness);
-    out += ',';
-    put_key(out, "version");
-    put_int(out, g.version);
-    out += ',';
-    put_key(out, "worker");
-    put_int(out, g.worker);
+    put_grad(out, g);
     out += '}';
   }
   out += "],";
@@ -147,6 +175,15 @@ StepRecord step_from_json(const json& j, const std::string& origin) {
       gr.compute_s = g.value("compute_s", 0.0);
       gr.loss = g.value("loss", 0.0f);
       gr.seq = g.value("seq", std::uint64_t{0});
+      gr.examples = g.value("examples", std::int64_t{0});
+      gr.skipped = g.value("skipped", std::int64_t{0});
+      if (const auto it = g.find("phases"); it != g.end()) {
+        for (std::size_t p = 0; p < kPhaseCount; ++p) {
+          if (const auto v = it->find(kPhaseNames[p]); v != it->end() && v->is_number()) {
+            gr.phases.set(static_cast<Phase>(p), v->get<double>());
+          }
+        }
+      }
       if (g.contains("layer_staleness")) {
         gr.layer_staleness = g.at("layer_staleness").get<std::vector<std::int64_t>>();
       }

@@ -4,6 +4,7 @@
 // records cannot drift apart.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -14,6 +15,31 @@
 #include "metrics/records.hpp"
 
 namespace syncopt::metrics {
+
+// What a rank spent a step on (docs/outputs.md, grads[].phases), in
+// seconds: a worker's data, forward, backward, waiting for parameters
+// (wait) and sending; an allreduce rank's data, compute and reduce. The
+// names in alphabetical order, as the JSON writes them. A straggler's
+// injected slowness counts in the phase it slows (compute, or data).
+enum class Phase { kBackward, kCompute, kData, kForward, kReduce, kSend, kWait };
+inline constexpr std::size_t kPhaseCount = 7;
+inline constexpr std::array<const char*, kPhaseCount> kPhaseNames{
+    "backward", "compute", "data", "forward", "reduce", "send", "wait"};
+// Phases in which a rank waits for the others: not its own work, so they
+// never make it the slow one (a rank that waits for a straggler is not).
+inline bool waits_for_others(Phase p) { return p == Phase::kReduce || p == Phase::kWait; }
+
+struct PhaseTimes {
+  std::array<double, kPhaseCount> s{};
+  unsigned mask = 0;  // the phases present
+  void set(Phase p, double v) {
+    s[static_cast<std::size_t>(p)] = v;
+    mask |= 1u << static_cast<unsigned>(p);
+  }
+  bool has(Phase p) const { return (mask & (1u << static_cast<unsigned>(p))) != 0; }
+  double get(Phase p) const { return s[static_cast<std::size_t>(p)]; }
+  bool empty() const { return mask == 0; }
+};
 
 struct GradRecord {
   int worker = 0;
@@ -29,6 +55,14 @@ struct GradRecord {
   // forward order (bucket 0 holds the slice's first layers; its staleness
   // is `staleness`). Empty otherwise, and then left out of the JSON.
   std::vector<std::int64_t> layer_staleness = {};
+  // allreduce with micro-batches (train.micro_batch): the examples this
+  // rank computed, and those of its batch it did not (the compute budget
+  // cut them). 0 and left out of the JSON otherwise.
+  std::int64_t examples = 0;
+  std::int64_t skipped = 0;
+  // The rank's phases of the step that made this gradient; empty (and left
+  // out of the JSON) where not measured (the simulator).
+  PhaseTimes phases = {};
 };
 
 struct StepRecord {

@@ -711,6 +711,20 @@ void init_params(const Graph& graph, float* params, std::uint64_t seed) {
   }
 }
 
+std::vector<double> group_flops_shares(const Graph& graph) {
+  std::vector<double> flops(graph.groups.size(), 0.0);
+  if (flops.empty()) return flops;
+  std::size_t g = 0;
+  for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
+    while (g + 1 < graph.groups.size() && static_cast<int>(n) >= graph.groups[g + 1].node) ++g;
+    flops[g] += static_cast<double>(graph.nodes[n].flops);
+  }
+  double total = 0.0;
+  for (const double f : flops) total += f;
+  for (double& f : flops) f = total > 0.0 ? f / total : 1.0 / static_cast<double>(flops.size());
+  return flops;
+}
+
 std::string graph_summary(const Graph& graph) {
   // snprintf into a string sized by its first call: a custom layer name of
   // any length keeps its row.

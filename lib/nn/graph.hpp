@@ -90,6 +90,14 @@ Graph model_graph(const ModelSpec& spec);
 // shifts 0; scales 1.
 void init_params(const Graph& graph, float* params, std::uint64_t seed);
 
+// Per parameter group (Graph::groups, forward order): its share of the
+// forward FLOPs, the parameter-free nodes after it up to the next group
+// counted with it (and those before the first group with the first); equal
+// shares when the graph has no FLOPs. Sums to 1. Empty without groups. The
+// simulator spreads a step's compute over the layers by it, and a
+// straggler's worker its slowdown (docs/design.md §7).
+std::vector<double> group_flops_shares(const Graph& graph);
+
 // One line per node: name, what it does, output shape, parameters, forward
 // FLOPs per example; then the totals (for --dry-run and the logs).
 std::string graph_summary(const Graph& graph);

@@ -26,6 +26,22 @@ namespace {
 // gradient is partly in (comm::IdleBackoff's own cap is 500 us).
 constexpr double kPartialPollS = 50e-6;
 
+// A GRAD's phases of the worker's step, as its record carries them.
+metrics::PhaseTimes phases_of(const comm::MsgHeader& h) {
+  using metrics::Phase;
+  metrics::PhaseTimes p;
+  p.set(Phase::kData, h.data_s);
+  if ((h.phase_flags & comm::kPhasesSplit) != 0) {
+    p.set(Phase::kForward, h.forward_s);
+    p.set(Phase::kBackward, h.backward_s);
+  } else {
+    p.set(Phase::kCompute, h.forward_s);
+  }
+  p.set(Phase::kWait, h.wait_s);
+  p.set(Phase::kSend, h.send_s);
+  return p;
+}
+
 }  // namespace
 
 Shard::Shard(const ShardSetup& st)
@@ -388,6 +404,11 @@ void Shard::on_gradient(int w, double seen) {
     ++m_after_end;
   } else {
     const float* grad = m_per_bucket ? nullptr : m_buckets.size() > 1 ? staging(w) : data;
+    // The worker's phases (wall times: not under the virtual clock, whose
+    // records are the same bits however the machine ran).
+    if ((h.phase_flags & comm::kPhasesMeasured) != 0 && !m_core.virtual_clock()) {
+      m_core.set_phases(w, h.step_seq, phases_of(h));
+    }
     m_core.on_grad(w, h.param_version, grad, h.loss, h.compute_s, seen, h.step_seq, h.vtime_s,
                    h.examples);
   }

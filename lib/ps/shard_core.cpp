@@ -51,7 +51,15 @@ GradRecord& ShardCore::add_grad(int worker, std::uint64_t version, double arriva
   g.compute_s = compute_s;
   g.loss = loss;
   g.seq = seq;
+  const auto w = static_cast<std::size_t>(worker);
+  if (w < m_phases.size() && m_phases[w].first == seq) g.phases = m_phases[w].second;
   return g;
+}
+
+void ShardCore::set_phases(int worker, std::uint64_t seq, const metrics::PhaseTimes& phases) {
+  const auto w = static_cast<std::size_t>(worker);
+  if (m_phases.size() <= w) m_phases.resize(w + 1);
+  m_phases[w] = {seq, phases};
 }
 
 void ShardCore::record(int worker, std::uint64_t version, bool accepted, std::int64_t staleness,

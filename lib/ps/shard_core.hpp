@@ -86,6 +86,10 @@ class ShardCore {
                double now, std::uint64_t seq = 0, double vtime = 0.0,
                std::uint64_t oldest = kEveryShard);
   static constexpr std::uint64_t kEveryShard = ~std::uint64_t{0};
+  // The phases of `worker`'s step that made its gradient number `seq`
+  // (from the GRAD that completes it), attached to that gradient's record
+  // when it is made (docs/outputs.md grads[].phases). Call before on_grad.
+  void set_phases(int worker, std::uint64_t seq, const metrics::PhaseTimes& phases);
   // Where the loop may assemble `worker`'s gradient before on_grad(), which
   // then copies nothing (sync, timeout: the worker's own slot); nullptr in
   // the other modes.
@@ -228,6 +232,8 @@ class ShardCore {
   std::vector<char> m_retired;
   bool m_virtual = false;
   bool m_mean_finite = true;
+  // Per worker: the phases of its latest gradient, and that gradient's seq.
+  std::vector<std::pair<std::uint64_t, metrics::PhaseTimes>> m_phases;
   double m_apply_s = 0.0;
   // Virtual clock: where each worker is on its time line.
   enum class VState : std::uint8_t {

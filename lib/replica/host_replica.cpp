@@ -29,6 +29,27 @@ class HostReplica final : public Replica {
   void reduce_gradient(comm::Reducer& reducer) override {
     reducer.mean(m_grad.data(), m_grad.size());
   }
+  float accumulate_gradient(const float* images, const std::int32_t* labels, int batch,
+                            bool first) override {
+    const float loss = m_net.train_step(m_params.theta(), images, labels, batch, m_grad.data());
+    m_sum.resize(m_grad.size() + 1);
+    const auto w = static_cast<float>(batch);
+    if (first) {
+      for (std::size_t i = 0; i < m_grad.size(); ++i) m_sum[i] = w * m_grad[i];
+    } else {
+      for (std::size_t i = 0; i < m_grad.size(); ++i) m_sum[i] += w * m_grad[i];
+    }
+    return loss;
+  }
+  double reduce_gradient_sum(comm::Reducer& reducer, double examples) override {
+    m_sum.resize(m_grad.size() + 1);
+    m_sum.back() = static_cast<float>(examples);
+    reducer.sum(m_sum.data(), m_sum.size());
+    const double total = m_sum.back();
+    const auto inv = static_cast<float>(1.0 / total);
+    for (std::size_t i = 0; i < m_grad.size(); ++i) m_grad[i] = m_sum[i] * inv;
+    return total;
+  }
   bool gradient_finite() const override { return all_finite(m_grad.data(), m_grad.size()); }
   void apply(float lr) override { m_params.apply(m_grad.data(), lr); }
   void copy_theta(float* out) const override { std::copy_n(m_params.theta(), count(), out); }
@@ -40,6 +61,7 @@ class HostReplica final : public Replica {
   nn::Network& m_net;
   optim::ParamState m_params;
   std::vector<float> m_grad;
+  std::vector<float> m_sum;  // micro-batches: the step's gradient sum, then its examples
 };
 
 }  // namespace

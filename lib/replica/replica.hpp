@@ -44,6 +44,17 @@ class Replica {
   }
   // The gradient becomes its mean over the ranks of `reducer` (a collective).
   virtual void reduce_gradient(comm::Reducer& reducer) = 0;
+  // Micro-batches (train.micro_batch, docs/design.md §3): the gradient of
+  // `batch` examples at θ added, weighted by `batch`, into the step's sum of
+  // per-example gradients (`first`: the sum starts from it). Returns the
+  // micro-batch's mean loss.
+  virtual float accumulate_gradient(const float* images, const std::int32_t* labels, int batch,
+                                    bool first) = 0;
+  // The step's sum and its `examples` summed over the ranks of `reducer`
+  // in one collective (the count as one more float: exact below 2^24); the
+  // gradient becomes the sum times 1 / (the examples of every rank), which
+  // this returns.
+  virtual double reduce_gradient_sum(comm::Reducer& reducer, double examples) = 0;
   // Whether every element of the gradient is finite (divergence check,
   // before anything is applied).
   virtual bool gradient_finite() const = 0;

@@ -14,6 +14,7 @@
 #include "metrics/records.hpp"
 #include "metrics/run_board.hpp"
 #include "metrics/step_record.hpp"
+#include "sim/allreduce.hpp"
 #include "sim/fit.hpp"
 
 namespace syncopt::sim {
@@ -51,7 +52,7 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
   if (!t.uses_ps) {
     throw ConfigError("train.mode = \"" + std::string(config::mode_name(mode)) +
                       "\": syncopt simulate models the parameter-server modes (sync, async, "
-                      "softsync, ssp, timeout)");
+                      "softsync, ssp, timeout) and allreduce");
   }
   if (t.has_backups && config::is_auto(cfg.train.backups)) {
     throw ConfigError(
@@ -155,11 +156,97 @@ nlohmann::json sim_block(const config::Config& cfg, const SimSetup& st, const Si
           {"cpu_s", cpu_s}};
 }
 
+// train.mode = allreduce (sim/allreduce.hpp): K = sim.workers ranks, the
+// given timing, records and summary as a real allreduce run's.
+SimulateOutcome simulate_allreduce_run(const config::Config& cfg, std::size_t param_count) {
+  layout::Roles roles;
+  roles.mode = cfg.train.mode;
+  roles.workers = static_cast<int>(cfg.sim.workers);
+  roles.world = roles.workers;
+  roles.rule = config::update_rule(cfg, roles.mode, roles.workers,
+                                   "sim.workers = " + std::to_string(roles.workers));
+  const layout::Plan plan = layout::make_plan(cfg, roles, nominal_train_count(cfg));
+  const worker::StragglerModel stragglers(cfg.stragglers);
+  AllreduceSimSetup st;
+  st.workers = roles.workers;
+  st.train = cfg.train;
+  st.total_steps = plan.total_steps;
+  st.target_examples = plan.target_examples;
+  st.param_count = param_count;
+  st.lr = static_cast<float>(cfg.optim.lr * roles.rule.lr_multiplier(roles.rule.n));
+  st.network = network_params(cfg.sim.latency_us, cfg.sim.bandwidth_gbps);
+  st.timing = timing_from_config(cfg);
+  st.stragglers = stragglers.active() ? &stragglers : nullptr;
+
+  SimulateOutcome out;
+  out.run_dir = metrics::create_run_dir(cfg.run.dir, cfg.run.name, cfg.run.overwrite);
+  metrics::write_file_atomic(out.run_dir / "config.toml", config::to_toml(cfg));
+  std::optional<metrics::JsonlWriter> steps;
+  if (cfg.sim.records != config::SimRecords::kNone) steps.emplace(out.run_dir / "steps.jsonl");
+  const RunClock clock;
+  const auto board = metrics::open_run_board(cfg.run, out.run_dir, "sim", clock);
+  metrics::RunInfo info;
+  info.mode = roles.mode;
+  info.n = roles.workers;
+  info.workers = roles.workers;
+  info.batch = cfg.train.batch;
+  metrics::Analyzer analyzer(info);
+  std::string line;
+  st.on_step = [&](metrics::StepRecord&& r) {
+    r.clock = "simulated";
+    analyzer.add(r);
+    if (board) board->step(r);
+    if (steps) {
+      line.clear();
+      metrics::append_json_line(line, r);
+      steps->write_raw(line);
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  out.result = simulate_allreduce(st);
+  out.cpu_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (steps) steps->flush();
+  if (board) board->flush();
+  metrics::RunInfo& final_info = analyzer.info();
+  final_info.wall_s = out.result.end_s;
+  final_info.examples = out.result.examples;
+  final_info.epochs =
+      static_cast<double>(out.result.examples) / static_cast<double>(nominal_train_count(cfg));
+  metrics::RunAnalysis an = analyzer.finish();
+  an.summary["clock"] = "simulated";
+  an.summary["sim"] = {{"workers", st.workers},
+                       {"param_count", param_count},
+                       {"allreduce_s", ring_allreduce_s(st.network, st.workers, param_count)},
+                       {"latency_us", cfg.sim.latency_us},
+                       {"bandwidth_gbps", cfg.sim.bandwidth_gbps},
+                       {"stragglers", cfg.stragglers.model},
+                       {"timing",
+                        {{"compute_ms", cfg.sim.compute_ms},
+                         {"compute_cv", cfg.sim.compute_cv},
+                         {"compute_dist", config::to_string(cfg.sim.compute_dist)},
+                         {"overhead_ms", cfg.sim.overhead_ms},
+                         {"apply_ms", cfg.sim.apply_ms}}},
+                       {"seed", cfg.sim.seed},
+                       {"gradients", out.result.gradients},
+                       {"cpu_s", out.cpu_s}};
+  metrics::write_file_atomic(out.run_dir / "summary.json", an.summary.dump(2) + "\n");
+  out.report = metrics::format_report(an, {});
+  return out;
+}
+
 }  // namespace
 
 SimulateOutcome simulate_run(const config::Config& cfg, const SimulateOptions& options) {
   const std::size_t param_count =
       cfg.sim.param_count > 0 ? static_cast<std::size_t>(cfg.sim.param_count) : options.param_count;
+  if (cfg.train.mode == config::Mode::kAllreduce) {
+    if (options.from) {
+      throw ConfigError(
+          "syncopt simulate --from fits the parameter-server modes; an allreduce run is "
+          "simulated from the [sim] keys (sim.compute_ms, sim.compute_cv, ...)");
+    }
+    return simulate_allreduce_run(cfg, param_count);
+  }
   TimingModel timing = timing_from_config(cfg);
   std::optional<nlohmann::json> fit_json;
   if (options.from) {

@@ -638,8 +638,10 @@ void Engine::answer_pipelined(int s, double now) {
 
 // A pipelined gradient's timeline, from `start`: the batch (overhead), each
 // layer's forward once its parameters are in, then backward from the top,
-// each bucket but a shard's bucket 0 sent when its lowest layer is done;
-// then the straggler's delay, and every shard's bucket 0, shard 0 first,
+// each bucket but a shard's bucket 0 sent when its lowest layer is done; the
+// straggler's delay spread over the layers with the compute, by the same
+// shares (a slow machine is slow at every layer, as the worker paces it:
+// worker::StragglerPacer, docs/design.md §7); then every shard's bucket 0, shard 0 first,
 // as the worker does (worker.cpp, grads_ready and push_gradient): a
 // shard's bucket 0 asks it for parameters, so that every shard is asked at
 // the same time, and the leader's request does not queue behind the
@@ -647,9 +649,10 @@ void Engine::answer_pipelined(int s, double now) {
 void Engine::start_pipelined(int w, double start, double overhead, double compute, double delay) {
   const std::size_t layers = m_st.layers.size();
   const double* param_at = &m_param_at[static_cast<std::size_t>(w) * layers];
+  const double busy = compute + delay;
   double t = start + overhead;
   for (std::size_t k = 0; k < layers; ++k) {
-    t = std::max(t, param_at[k]) + compute * kForwardShare * m_st.layers[k].flops_share;
+    t = std::max(t, param_at[k]) + busy * kForwardShare * m_st.layers[k].flops_share;
   }
   std::size_t buckets = 0;
   for (const auto& sh : m_shards) buckets += sh.buckets.size();
@@ -664,7 +667,7 @@ void Engine::start_pipelined(int w, double start, double overhead, double comput
     e.t = at;
   };
   for (std::size_t k = layers; k-- > 0;) {
-    t += compute * (1.0 - kForwardShare) * m_st.layers[k].flops_share;
+    t += busy * (1.0 - kForwardShare) * m_st.layers[k].flops_share;
     const int s = m_layer_shard[k];
     const int j = m_layer_bucket[k];
     if (j == grad_order(w, s).last() ||
@@ -674,7 +677,6 @@ void Engine::start_pipelined(int w, double start, double overhead, double comput
     }
     send(s, j, t);
   }
-  t += delay;
   for (int s = 0; s < shards(); ++s) send(s, grad_order(w, s).last(), t);
   m_queue.end_run();
   m_workers[static_cast<std::size_t>(w)].busy_until = t;

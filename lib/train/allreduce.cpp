@@ -20,6 +20,8 @@
 #include "rundir/meta.hpp"
 #include "rundir/open.hpp"
 #include "train/inputs.hpp"
+#include "worker/budget.hpp"
+#include "worker/compute_model.hpp"
 
 namespace syncopt::train {
 
@@ -32,8 +34,18 @@ struct Report {
   double loss = 0.0;
   double stop_signal = 0.0;     // a stop signal this rank received, or 0
   double checkpoint_due = 0.0;  // rank 0: time for a periodic checkpoint
+  // Micro-batches (train.micro_batch): the examples it computed, and its
+  // seconds per example (compute and straggler time), which "auto" budgets
+  // are chosen from.
+  double examples = 0.0;
+  double per_example_s = 0.0;
+  // Its phases (docs/outputs.md grads[].phases): loading the batch, and
+  // the reduction (waiting for the others among it); compute is the rest
+  // of ready_s.
+  double data_s = 0.0;
+  double reduce_s = 0.0;
 };
-constexpr int kReportDoubles = 5;
+constexpr int kReportDoubles = 9;
 
 // The buffers of the per-step exchange. A nonblocking collective that is
 // given up (a rank died) may still use them, so they are then kept for the
@@ -60,6 +72,12 @@ class AllreduceTrainer {
  private:
   void resume();
   bool step(std::uint64_t k);  // false: diverged
+  void load_batch(std::uint64_t k);
+  worker::Slowdown compute_slowdown(std::uint64_t k) const;
+  void compute_whole(std::uint64_t k, double t_start);
+  void compute_micro(std::uint64_t k, double t_start);
+  double now() const;
+  bool finished() const;
   void exchange();
   void wait(MPI_Request& req);
   void check_peers();
@@ -73,7 +91,11 @@ class AllreduceTrainer {
   const config::Config& m_cfg;
   const int m_workers;
   const int m_batch;
+  const bool m_virtual;  // train.clock = virtual: modelled times, nothing slept
   data::BatchLoader m_loader;
+  worker::ComputeBudget m_budget;
+  worker::StragglerPacer m_pacer;
+  double m_vnow = 0.0;  // virtual clock: where this rank is in modelled time
   optim::ScheduleOptions m_sched;
   EvalTimer m_timer;
   std::uint64_t m_step = 0, m_examples = 0;
@@ -88,8 +110,10 @@ AllreduceTrainer::AllreduceTrainer(const AllreduceSetup& st)
       m_cfg(*st.cfg),
       m_workers(st.roles->workers),
       m_batch(static_cast<int>(st.cfg->train.batch)),
+      m_virtual(st.cfg->train.clock == config::Clock::kVirtual),
       m_loader(*st.train, m_batch, st.cfg->run.seed, st.rank, st.roles->workers,
                st.cfg->data.augment, augment_options(*st.cfg)),
+      m_budget(st.cfg->train),
       m_sched(optim::schedule_options(st.cfg->optim, st.plan->total_epochs)),
       m_timer(st.cfg->eval),
       m_x(std::make_unique<Exchange>()) {
@@ -110,7 +134,7 @@ AllreduceResult AllreduceTrainer::run() {
   if (m_cfg.run.resume) resume();
   AllreduceResult out;
   try {
-    for (std::uint64_t k = m_step + 1; k <= m_st.plan->total_steps; ++k) {
+    for (std::uint64_t k = m_step + 1; !finished(); ++k) {
       if (!step(k)) {
         out.diverged = m_diverged;
         break;
@@ -120,7 +144,7 @@ AllreduceResult AllreduceTrainer::run() {
           std::max_element(all.begin(), all.end(), [](const Report& a, const Report& b) {
             return a.stop_signal < b.stop_signal;
           })->stop_signal;
-      const bool last = k == m_st.plan->total_steps;
+      const bool last = finished();
       if (stop != 0.0 && !last) {
         out.stop_signal = static_cast<int>(stop);
         save_checkpoint(k);
@@ -130,7 +154,7 @@ AllreduceResult AllreduceTrainer::run() {
                             k % static_cast<std::uint64_t>(m_cfg.run.checkpoint_every_steps) == 0;
       if (!last && (by_steps || all[0].checkpoint_due != 0.0)) save_checkpoint(k);
     }
-    if (out.stop_signal == 0 && out.diverged.empty() && m_step == m_st.plan->total_steps &&
+    if (out.stop_signal == 0 && out.diverged.empty() && finished() &&
         checkpoint::latest_step(m_st.run_dir) != m_step) {
       save_checkpoint(m_step);
     }
@@ -150,20 +174,114 @@ AllreduceResult AllreduceTrainer::run() {
   return out;
 }
 
+// Whether the run has made its last update: train.steps updates, or, when
+// an update may carry fewer examples than K batches (a compute budget),
+// train.epochs of examples computed (the same count on every rank).
+bool AllreduceTrainer::finished() const {
+  const auto target = m_st.plan->target_examples;
+  return target > 0 ? m_examples >= target : m_step >= m_st.plan->total_steps;
+}
+
+// The run's time: the wall clock, or where this rank is in modelled time.
+double AllreduceTrainer::now() const { return m_virtual ? m_vnow : m_st.clock->now(); }
+
+// The next batch; a straggler slow at its data (stragglers.phase = data)
+// sleeps its slowdown of the loading here (wall clock only).
+void AllreduceTrainer::load_batch(std::uint64_t k) {
+  const double t0 = m_st.clock->now();
+  m_loader.next();
+  if (m_virtual) return;
+  if (m_cfg.stragglers.phase == config::StragglerPhase::kData) {
+    comm::sleep_s(m_st.stragglers->slowdown(m_st.rank, k - 1).late_s(m_st.clock->now() - t0, 1.0));
+  }
+  m_x->mine.data_s = m_st.clock->now() - t0;
+}
+
+// The slowdown of this step's compute: the straggler's, unless it is slow
+// at its data (which the virtual clock models as compute all the same).
+worker::Slowdown AllreduceTrainer::compute_slowdown(std::uint64_t k) const {
+  if (!m_virtual && m_cfg.stragglers.phase == config::StragglerPhase::kData) return {};
+  return m_st.stragglers->slowdown(m_st.rank, k - 1);
+}
+
+// The whole batch at once; a straggler's slowdown slept after it (it is
+// one piece of work), or, under the virtual clock, added to its time.
+void AllreduceTrainer::compute_whole(std::uint64_t k, double t_start) {
+  Report& mine = m_x->mine;
+  load_batch(k);
+  const double t_compute = m_st.clock->now();
+  mine.loss = m_st.replica->compute_gradient(m_loader.images(), m_loader.labels(), m_batch);
+  if (m_virtual) {
+    mine.compute_s = worker::modelled_compute_s(m_cfg.sim, m_st.rank, k - 1);
+    mine.ready_s = mine.compute_s + m_st.stragglers->delay_s(m_st.rank, k - 1, mine.compute_s);
+    return;
+  }
+  mine.compute_s = m_st.clock->now() - t_compute;
+  comm::sleep_s(compute_slowdown(k).late_s(mine.compute_s, 1.0));
+  mine.ready_s = m_st.clock->now() - t_start;
+}
+
+// Micro-batches (docs/design.md §3): while the budget allows, the next
+// micro-batch's gradient into the step's sum; a straggler is slow at each
+// (worker::StragglerPacer, by examples). Under the virtual clock micro-batch
+// i takes the modelled compute of the batch times its share of the
+// examples, and its lateness is added, not slept.
+void AllreduceTrainer::compute_micro(std::uint64_t k, double t_start) {
+  Report& mine = m_x->mine;
+  load_batch(k);
+  const double modelled = m_virtual ? worker::modelled_compute_s(m_cfg.sim, m_st.rank, k - 1) : 0.0;
+  const auto per_image = static_cast<std::size_t>(m_st.train->image_size());
+  m_pacer.start(compute_slowdown(k));
+  const double t_compute = m_virtual ? 0.0 : m_st.clock->now();
+  double work = 0.0, loss = 0.0, elapsed = 0.0, last = 0.0;
+  int done = 0;
+  do {
+    const int first = m_budget.examples_of(done);
+    const int m = m_budget.size_of(done);
+    const double t0 = m_virtual ? elapsed : m_st.clock->now();
+    loss += static_cast<double>(m) *
+            m_st.replica->accumulate_gradient(m_loader.images() + per_image * first,
+                                              m_loader.labels() + first, m, done == 0);
+    const double phi = static_cast<double>(first + m) / m_batch;
+    if (m_virtual) {
+      work += modelled * m / m_batch;
+      (void)m_pacer.due_s(work, phi);
+      elapsed = work + m_pacer.slept_s();
+      last = elapsed - t0;
+    } else {
+      work = m_st.clock->now() - t_compute - m_pacer.slept_s();
+      comm::sleep_s(m_pacer.due_s(work, phi));
+      elapsed = m_st.clock->now() - t_start;
+      last = m_st.clock->now() - t0;
+    }
+    ++done;
+  } while (m_budget.next(done, elapsed, last));
+  const int examples = m_budget.examples_of(done);
+  mine.loss = loss / examples;
+  mine.examples = examples;
+  mine.compute_s = work;
+  mine.ready_s = elapsed;
+  mine.per_example_s = (work + m_pacer.slept_s()) / examples;
+}
+
 // A step: compute, average the gradients, tell each other how it went, and
 // only then apply, so that a rank lost at any point of a step leaves every
 // live rank's parameters at the same, last completed step.
 bool AllreduceTrainer::step(std::uint64_t k) {
-  const RunClock& clock = *m_st.clock;
-  const double t_start = clock.now();
-  m_loader.next();
+  const double t_start = now();
   Report& mine = m_x->mine;
   mine = Report{};
-  mine.loss = m_st.replica->compute_gradient(m_loader.images(), m_loader.labels(), m_batch);
-  mine.compute_s = clock.now() - t_start;
-  comm::sleep_s(m_st.stragglers->delay_s(m_st.rank, k - 1, mine.compute_s));
-  mine.ready_s = clock.now() - t_start;
-  m_st.replica->reduce_gradient(*m_st.reducer);
+  if (m_budget.micro()) {
+    compute_micro(k, t_start);
+  } else {
+    compute_whole(k, t_start);
+  }
+  const double t_reduce = m_st.clock->now();
+  const double examples = m_budget.micro()
+                              ? m_st.replica->reduce_gradient_sum(*m_st.reducer, mine.examples)
+                              : m_st.plan->examples_per_update;
+  if (!m_budget.micro()) m_st.replica->reduce_gradient(*m_st.reducer);
+  mine.reduce_s = m_virtual ? 0.0 : m_st.clock->now() - t_reduce;
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) *
                                      m_st.roles->rule.lr_multiplier(m_st.roles->rule.n));
@@ -177,14 +295,25 @@ bool AllreduceTrainer::step(std::uint64_t k) {
     return false;
   }
   mine.stop_signal = stop_signal();
-  mine.checkpoint_due = m_st.rank == 0 && m_cfg.run.checkpoint_every_s > 0.0 &&
-                                clock.now() - m_last_checkpoint_s >= m_cfg.run.checkpoint_every_s
-                            ? 1.0
-                            : 0.0;
+  mine.checkpoint_due =
+      m_st.rank == 0 && m_cfg.run.checkpoint_every_s > 0.0 &&
+              m_st.clock->now() - m_last_checkpoint_s >= m_cfg.run.checkpoint_every_s
+          ? 1.0
+          : 0.0;
   exchange();
   m_st.replica->apply(lr);
-  m_examples += static_cast<std::uint64_t>(m_st.plan->examples_per_update);
+  m_examples += static_cast<std::uint64_t>(std::llround(examples));
   m_step = k;
+  std::vector<double> paces;
+  double ready = 0.0;
+  for (const Report& r : m_x->all) {
+    paces.push_back(r.per_example_s);
+    ready = std::max(ready, r.ready_s);
+  }
+  m_budget.observe(paces);
+  // Virtual clock: the step ends when the last rank's gradient is ready,
+  // plus the update (sim.apply_ms); the allreduce itself is not modelled.
+  if (m_virtual) m_vnow = t_start + ready + m_cfg.sim.apply_ms / 1000.0;
   if (m_st.rank == 0) record(k, t_start, lr);
   return true;
 }
@@ -302,21 +431,36 @@ void AllreduceTrainer::record(std::uint64_t k, double t_start, float lr) {
   rec.t_start = t_start;
   rec.lr = lr;
   rec.used = m_workers;
-  double loss_sum = 0.0;
+  double loss_sum = 0.0, weighted = 0.0, examples = 0.0;
   for (int w = 0; w < m_workers; ++w) {
     const Report& r = m_x->all[static_cast<std::size_t>(w)];
     rec.grads.push_back(
         {w, r.ready_s, k - 1, true, 0, r.compute_s, static_cast<float>(r.loss), k - 1});
     loss_sum += r.loss;
+    if (m_budget.micro()) {
+      rec.grads.back().examples = static_cast<std::int64_t>(r.examples);
+      rec.grads.back().skipped = m_batch - static_cast<std::int64_t>(r.examples);
+      weighted += r.loss * r.examples;
+      examples += r.examples;
+    }
+    if (!m_virtual) {
+      auto& ph = rec.grads.back().phases;
+      ph.set(metrics::Phase::kData, r.data_s);
+      ph.set(metrics::Phase::kCompute, r.ready_s - r.data_s);
+      ph.set(metrics::Phase::kReduce, r.reduce_s);
+    }
   }
-  rec.loss = static_cast<float>(loss_sum / m_workers);
-  rec.t_apply = clock.now();
+  // With micro-batches the loss of the update is over the examples computed.
+  const double loss = m_budget.micro() ? weighted / examples : loss_sum / m_workers;
+  rec.loss = static_cast<float>(loss);
+  rec.t_apply = m_virtual ? m_vnow : clock.now();
+  if (m_virtual) rec.clock = "virtual";
   m_st.steps_log->write(rec);
   const double now = clock.now();
-  m_st.progress->update(
-      static_cast<std::int64_t>(k), static_cast<double>(m_examples) / m_st.plan->train_count,
-      loss_sum / m_workers, static_cast<double>(m_examples) / std::max(1e-9, now), now);
-  if (k != m_st.plan->total_steps && m_timer.due(k, now)) {
+  m_st.progress->update(static_cast<std::int64_t>(k),
+                        static_cast<double>(m_examples) / m_st.plan->train_count, loss,
+                        static_cast<double>(m_examples) / std::max(1e-9, now), now);
+  if (!finished() && m_timer.due(k, now)) {
     m_theta.resize(m_st.replica->count());
     m_ema.resize(m_st.replica->count());
     m_st.replica->copy_theta(m_theta.data());
@@ -353,9 +497,10 @@ void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
   mine.put_child("loader", m_loader.state());
   checkpoint::write_part(m_st.run_dir, k, checkpoint::rank_part(m_st.rank), mine);
   if (m_st.rank == 0) {
-    checkpoint::write_part(m_st.run_dir, k, checkpoint::kRunPart,
-                           run_part(k, m_examples, t0, m_timer.last(), *m_st.replica,
-                                    *m_st.steps_log, *m_st.eval_file));
+    checkpoint::State part = run_part(k, m_examples, t0, m_timer.last(), *m_st.replica,
+                                      *m_st.steps_log, *m_st.eval_file);
+    if (m_virtual) part.put("virtual_s", m_vnow);
+    checkpoint::write_part(m_st.run_dir, k, checkpoint::kRunPart, part);
   }
   if (m_st.watch == nullptr) {
     SYNCOPT_CHECK_MPI(MPI_Barrier(m_st.comm));
@@ -382,8 +527,10 @@ void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
 void AllreduceTrainer::save_alone(std::uint64_t k) {
   if (k == 0 || checkpoint::latest_step(m_st.run_dir) == k) return;
   checkpoint::CheckpointWriter w(m_st.run_dir, k);
-  w.add(checkpoint::kRunPart, run_part(k, m_examples, m_st.clock->now(), m_timer.last(),
-                                       *m_st.replica, *m_st.steps_log, *m_st.eval_file));
+  checkpoint::State run = run_part(k, m_examples, m_st.clock->now(), m_timer.last(), *m_st.replica,
+                                   *m_st.steps_log, *m_st.eval_file);
+  if (m_virtual) run.put("virtual_s", m_vnow);
+  w.add(checkpoint::kRunPart, run);
   for (int r = 0; r < m_workers; ++r) {
     data::BatchLoader loader(*m_st.train, m_batch, m_cfg.run.seed, r, m_workers, m_cfg.data.augment,
                              augment_options(m_cfg));
@@ -407,6 +554,9 @@ void AllreduceTrainer::resume() {
   m_st.replica->restore(s.child("replica"));
   m_loader.restore(ck.part(checkpoint::rank_part(m_st.rank)).child("loader"));
   m_st.clock->restart(s.get<double>("wall_s"));
+  // Virtual clock: where the run was in modelled time (an "auto" budget
+  // starts afresh: its last 20 steps are not saved).
+  if (m_virtual && s.has("virtual_s")) m_vnow = s.get<double>("virtual_s");
   m_last_checkpoint_s = s.get<double>("wall_s");
   if (m_st.watch != nullptr) m_st.watch->restart_timers(m_st.clock->now());
 }

@@ -38,6 +38,7 @@
 #include "metrics/records.hpp"
 #include "metrics/run_board.hpp"
 #include "metrics/step_record.hpp"
+#include "nn/graph.hpp"
 #include "optim/optimizer.hpp"
 #include "ps/shard.hpp"
 #include "rundir/ending.hpp"
@@ -428,6 +429,9 @@ RoleOutcome run_worker_role(Job& job) {
   ws.net = job.net.get();
   ws.train = &job.data.train;
   ws.stragglers = job.stragglers.get();
+  const nn::Graph graph = nn::model_graph(job.spec);
+  ws.group_shares = nn::group_flops_shares(graph);
+  for (const auto& g : graph.groups) ws.group_offsets.push_back(g.offset);
   ws.data_comm = job.data_comm.get();
   ws.live_comm = job.live_comm.get();
   ws.watch = job.watch.get();

@@ -96,43 +96,53 @@ bool StragglerModel::affects(int worker) const {
 }
 
 double StragglerModel::delay_s(int worker, std::uint64_t step, double compute_s) const {
-  if (!affects(worker)) return 0.0;
+  return slowdown(worker, step).late_s(compute_s, 1.0);
+}
+
+Slowdown StragglerModel::slowdown(int worker, std::uint64_t step) const {
+  Slowdown s;
+  if (!affects(worker)) return s;
   const auto w = static_cast<std::uint64_t>(worker);
   const double mean_s = m_cfg.mean_ms / 1000.0;
   using M = config::StragglerModel;
   switch (m_cfg.model) {
     case M::kNone:
-      return 0.0;
+      break;
     case M::kFixed:
-      return (m_cfg.factor - 1.0) * compute_s + mean_s;
+      s.factor = m_cfg.factor;
+      s.extra_s = mean_s;
+      break;
     case M::kBernoulli:
-      return hash_uniform(m_cfg.seed, w, step, 0) < m_cfg.prob ? (m_cfg.factor - 1.0) * compute_s
-                                                               : 0.0;
+      if (hash_uniform(m_cfg.seed, w, step, 0) < m_cfg.prob) s.factor = m_cfg.factor;
+      break;
     case M::kExponential:
-      return -mean_s * std::log1p(-hash_uniform(m_cfg.seed, w, step, 1));
+      s.extra_s = -mean_s * std::log1p(-hash_uniform(m_cfg.seed, w, step, 1));
+      break;
     case M::kLognormal: {
       // Box-Muller normal; mu chosen so that E[delay] = mean: mu = ln(mean) - sigma^2 / 2.
       const double u1 = std::max(hash_uniform(m_cfg.seed, w, step, 2), 1e-300);
       const double u2 = hash_uniform(m_cfg.seed, w, step, 3);
       const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * kPi * u2);
-      if (mean_s <= 0.0) return 0.0;
+      if (mean_s <= 0.0) break;
       const double mu = std::log(mean_s) - 0.5 * m_cfg.sigma * m_cfg.sigma;
-      return std::exp(mu + m_cfg.sigma * z);
+      s.extra_s = std::exp(mu + m_cfg.sigma * z);
+      break;
     }
     case M::kPareto: {
       // Scale x_m so that E = alpha x_m / (alpha - 1) = mean.
       const double xm = mean_s * (m_cfg.alpha - 1.0) / m_cfg.alpha;
       const double u = hash_uniform(m_cfg.seed, w, step, 4);
-      return xm / std::pow(1.0 - u, 1.0 / m_cfg.alpha);
+      s.extra_s = xm / std::pow(1.0 - u, 1.0 / m_cfg.alpha);
+      break;
     }
     case M::kTrace: {
       const auto it = m_trace.find(worker);
-      if (it == m_trace.end() || it->second.empty()) return 0.0;
-      const double arrival = it->second[step % it->second.size()];
-      return std::max(0.0, arrival - compute_s);
+      if (it == m_trace.end() || it->second.empty()) break;
+      s.pace_s = it->second[step % it->second.size()];
+      break;
     }
   }
-  return 0.0;
+  return s;
 }
 
 }  // namespace syncopt::worker

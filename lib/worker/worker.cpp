@@ -33,6 +33,10 @@ double since(Clock::time_point t0) {
 // Waiting for a bucket inside a step is on the step's critical path: sleep
 // at most this long between polls there.
 constexpr double kStepPollS = 50e-6;
+// The share of a training step's compute in the forward pass (backward
+// computes two products per layer for the forward's one; sim/simulator.cpp
+// spreads compute the same way).
+constexpr double kForwardShare = 1.0 / 3.0;
 
 }  // namespace
 
@@ -93,6 +97,18 @@ Worker::Worker(const WorkerSetup& st)
     }
   }
   m_sent.assign(m_buckets.size(), 0);
+  const std::vector<double>& shares = st.group_shares;
+  m_share_before.assign(shares.size(), 0.0);
+  m_share_after.assign(shares.size(), 0.0);
+  double below = 0.0, above = 0.0;
+  for (std::size_t i = 0; i < shares.size(); ++i) {
+    m_share_before[i] = kForwardShare * below;
+    below += shares[i];
+  }
+  for (std::size_t i = shares.size(); i-- > 0;) {
+    above += shares[i];
+    m_share_after[i] = kForwardShare + (1.0 - kForwardShare) * above;
+  }
   m_vstart.assign(static_cast<std::size_t>(m_shards), 0.0);
   if (st.watch != nullptr) {
     m_watch = st.watch;
@@ -227,6 +243,7 @@ void Worker::take(int s, int bytes) {
 // Returns false when every shard has said STOP.
 bool Worker::receive_params() {
   const auto t_wait = Clock::now();
+  m_phase = StepPhases{};  // the next gradient's step begins with this wait
   // (m_param_order was reset when each answer's receive was posted; an
   // answer may have begun to arrive while the gradient went out.)
   std::fill(m_sent.begin(), m_sent.end(), 0);
@@ -235,6 +252,7 @@ bool Worker::receive_params() {
                         [](const layout::BucketSequence& q) { return q.taken() == 0; });
   });
   m_result.wait_s += since(t_wait);
+  m_phase.wait += since(t_wait);
   const auto checkpoint_step = std::exchange(m_checkpoint_step, std::nullopt);
   if (checkpoint_step && checkpoint_step != m_saved) save_part(*checkpoint_step);
   const bool more = !std::all_of(m_stopped.begin(), m_stopped.end(), [](char c) { return c != 0; });
@@ -250,6 +268,7 @@ void Worker::await_bucket(std::size_t g) {
   const auto t_wait = Clock::now();
   receive_until([&] { return m_param_order[si].has(b.index); });
   m_result.wait_s += since(t_wait);
+  m_phase.wait += since(t_wait);
 }
 
 // Takes the shards' messages until `enough()`, watching them meanwhile.
@@ -273,6 +292,8 @@ void Worker::receive_until(const std::function<bool()>& enough) {
 
 // Before a layer's forward: its parameters, params[offset, offset + count).
 void Worker::need_params(std::size_t offset, std::size_t count) {
+  // A straggler's slowness of the layers below, before it asks for more.
+  if (m_pacer.active() && !m_share_before.empty()) pace(m_share_before[group_of(offset)]);
   // The first bucket that ends after `offset`, then every one that starts
   // before the range ends.
   auto it = std::upper_bound(m_buckets.begin(), m_buckets.end(), offset,
@@ -287,6 +308,12 @@ void Worker::need_params(std::size_t offset, std::size_t count) {
 // top first, except each shard's bucket 0, which push_gradient() sends.
 void Worker::grads_ready(std::size_t offset, float loss) {
   m_loss = loss;
+  if (!m_phase.split && m_st.pipeline) {
+    m_phase.split = true;
+    m_phase.forward = since(m_compute_start) - (m_result.wait_s - m_wait_at_start);
+  }
+  // A straggler's slowness of the backward so far, before the buckets go.
+  if (m_pacer.active() && !m_share_after.empty()) pace(m_share_after[group_of(offset)]);
   for (std::size_t g = m_buckets.size(); g-- > 0;) {
     const Bucket& b = m_buckets[g];
     if (b.offset < offset) break;
@@ -321,9 +348,16 @@ void Worker::send_bucket(std::size_t g) {
   h.loss = m_loss;
   // Pure compute, without injected delay: all of it for bucket 0, which
   // goes last; so far for the others (virtual clock: the modelled time).
-  h.compute_s = completes || m_virtual ? m_compute_s : since(m_compute_start);
+  h.compute_s = completes || m_virtual ? m_compute_s : since(m_compute_start) - m_pacer.slept_s();
   h.vtime_s = m_vtime_s;
   h.examples = *std::min_element(m_version.begin(), m_version.end());
+  // The step's phases so far (all of them in the bucket that completes it).
+  h.phase_flags = comm::kPhasesMeasured | (m_phase.split ? comm::kPhasesSplit : 0u);
+  h.data_s = static_cast<float>(m_phase.data);
+  h.forward_s = static_cast<float>(m_phase.forward);
+  h.backward_s = static_cast<float>(m_phase.backward);
+  h.wait_s = static_cast<float>(m_phase.wait);
+  h.send_s = static_cast<float>(m_phase.send + (completes ? since(m_push_start) : 0.0));
   h.flags = comm::kFlagSplit;
   if (completes) {
     // This completes the gradient at the shard and asks for parameters:
@@ -375,7 +409,7 @@ void Worker::save_part(std::uint64_t step) {
 }
 
 void Worker::compute() {
-  m_loader.next();
+  load_batch();
   if (m_virtual) {
     // Modelled, not measured, and not slept: the finish time decides. Known
     // before the compute, so every bucket carries it. The computation starts
@@ -386,7 +420,15 @@ void Worker::compute() {
     const double start = std::max(m_vtime_s, *std::max_element(m_vstart.begin(), m_vstart.end()));
     m_vtime_s = start + m_compute_s + m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
   }
+  const auto t_sends = Clock::now();
   await_sends();
+  m_phase.send += since(t_sends);
+  // Wall clock: a straggler's slowdown, slept as it computes (pace()),
+  // unless it is slow at its data (load_batch()).
+  const bool slow_compute =
+      !m_virtual && m_st.cfg->stragglers.phase != config::StragglerPhase::kData;
+  m_pacer.start(slow_compute ? m_st.stragglers->slowdown(m_st.worker, m_step) : Slowdown{});
+  m_wait_at_start = m_result.wait_s;
   m_compute_start = Clock::now();
   if (m_st.pipeline) {
     Hooks hooks(*this, m_params->size());
@@ -396,15 +438,54 @@ void Worker::compute() {
     m_loss = m_st.net->train_step(m_params->data(), m_loader.images(), m_loader.labels(), m_batch,
                                   m_grad->data());
   }
-  const double measured = since(m_compute_start);
-  m_result.compute_s += measured;
-  if (m_virtual) return;
-  m_compute_s = measured;
-  const double delay = m_st.stragglers->delay_s(m_st.worker, m_step, m_compute_s);
-  if (delay > 0.0) {
-    comm::sleep_s(delay);
-    m_result.delay_s += delay;
+  if (m_pacer.active()) pace(1.0);
+  // Phases: forward until backward reported its first gradient, backward
+  // after (a pipelined step), each without its waits for parameters.
+  const double waited = m_result.wait_s - m_wait_at_start;
+  if (m_phase.split) {
+    m_phase.backward = since(m_compute_start) - m_phase.forward - waited;
+  } else {
+    m_phase.forward = since(m_compute_start) - waited;
   }
+  // Pure compute, without the straggler's sleeps (waits for parameters
+  // inside a pipelined step included, as ever).
+  const double measured = since(m_compute_start) - m_pacer.slept_s();
+  m_result.compute_s += measured;
+  if (!m_virtual) m_compute_s = measured;
+}
+
+// The next batch; a straggler slow at its data (stragglers.phase = data)
+// sleeps its slowdown of the loading here (wall clock only).
+void Worker::load_batch() {
+  const auto t0 = Clock::now();
+  m_loader.next();
+  if (!m_virtual && m_st.cfg->stragglers.phase == config::StragglerPhase::kData) {
+    const double d = m_st.stragglers->slowdown(m_st.worker, m_step).late_s(since(t0), 1.0);
+    if (d > 0.0) {
+      comm::sleep_s(d);
+      m_result.delay_s += d;
+    }
+  }
+  m_phase.data = since(t0);
+}
+
+// The parameter group holding flat offset `offset` (m_st.group_offsets).
+std::size_t Worker::group_of(std::size_t offset) const {
+  const auto& o = m_st.group_offsets;
+  const auto it = std::upper_bound(o.begin(), o.end(), offset);
+  return it == o.begin() ? 0 : static_cast<std::size_t>(it - o.begin()) - 1;
+}
+
+// A straggler has done share `phi` of its step's work: it sleeps what its
+// slowdown says it is late by now (worker::StragglerPacer), measured on its
+// own compute (without its waits for parameters and earlier sleeps).
+void Worker::pace(double phi) {
+  const double work =
+      since(m_compute_start) - m_pacer.slept_s() - (m_result.wait_s - m_wait_at_start);
+  const double d = m_pacer.due_s(std::max(0.0, work), phi);
+  if (d <= 0.0) return;
+  comm::sleep_s(d);
+  m_result.delay_s += d;
 }
 
 // Nothing came: a step waits on this, so look again soon (spin when this
@@ -438,6 +519,7 @@ void Worker::await_sends() {
 // request should not queue behind the larger slices of the others (within
 // a shard, buckets still go top first).
 void Worker::push_gradient() {
+  m_push_start = Clock::now();
   for (std::size_t si = 0; si < m_first.size(); ++si) {
     for (const int j : m_grad_order[si].order()) {
       const std::size_t g = m_first[si] + static_cast<std::size_t>(j);

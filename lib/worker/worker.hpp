@@ -11,9 +11,11 @@
 // bucket only just before that layer's forward; backward hands over each
 // bucket's gradient as soon as it is final, top layer first. Every shard's
 // bucket 0, which completes the gradient there and asks for the next
-// parameters, goes once the whole step (and any injected straggler delay)
-// is done, so that a gradient is complete at every shard at the same
-// moment it is without the pipeline.
+// parameters, goes once the whole step is done, so that a gradient is
+// complete at every shard at the same moment it is without the pipeline.
+// An injected straggler is slow at every layer (docs/design.md §7): its
+// slowdown is slept piece by piece, before each layer's parameters are
+// asked for and before each bucket goes, in proportion to the FLOPs done.
 #pragma once
 
 #include <mpi.h>
@@ -60,6 +62,11 @@ struct WorkerSetup {
   nn::Network* net = nullptr;
   const data::Dataset* train = nullptr;
   const StragglerModel* stragglers = nullptr;
+  // The model's parameter groups in forward order: where each starts in the
+  // flat vector and its share of the forward FLOPs (nn::group_flops_shares);
+  // empty: a straggler's slowdown is slept after the whole step.
+  std::vector<std::size_t> group_offsets;
+  std::vector<double> group_shares;
   MPI_Comm data_comm = MPI_COMM_NULL;
   MPI_Comm live_comm = MPI_COMM_NULL;
   comm::Watch* watch = nullptr;  // the rank's liveness, owned by the job (null: its own)
@@ -71,7 +78,7 @@ struct WorkerSetup {
 struct WorkerResult {
   std::uint64_t gradients = 0;    // computed and pushed
   double compute_s = 0.0;         // total time in train_step
-  double delay_s = 0.0;           // total injected straggler delay
+  double delay_s = 0.0;           // total injected straggler delay (slept)
   double wait_s = 0.0;            // total time waiting for parameters
   ExitCode code = ExitCode::kOk;  // the run's outcome as shard 0 told it
   bool peer_lost = false;         // a shard said some rank of the job died
@@ -109,6 +116,9 @@ class Worker {
   void save_part(std::uint64_t step);
   void snapshot();
   void compute();
+  void pace(double phi);
+  void load_batch();
+  std::size_t group_of(std::size_t offset) const;
   void push_gradient();
   void say_goodbye();
   void send_small(comm::Kind kind, int shard, std::uint64_t seq);
@@ -154,6 +164,21 @@ class Worker {
   // Virtual clock, per shard: when the version of its answer started.
   std::vector<double> m_vstart;
   std::chrono::steady_clock::time_point m_compute_start;
+  double m_wait_at_start = 0.0;  // m_result.wait_s when the compute started
+  // The straggler's pacing: per parameter group, the share of the step's
+  // work done before its forward, and once its backward is done (forward a
+  // third of a layer's FLOPs, backward two thirds, as the simulator).
+  StragglerPacer m_pacer;
+  std::vector<double> m_share_before, m_share_after;
+  // The phases of the step in progress (docs/outputs.md grads[].phases),
+  // seconds; forward holds the whole compute unless a pipelined step
+  // split it.
+  struct StepPhases {
+    double data = 0.0, forward = 0.0, backward = 0.0, wait = 0.0, send = 0.0;
+    bool split = false;
+  };
+  StepPhases m_phase;
+  std::chrono::steady_clock::time_point m_push_start;
   WorkerResult m_result;
 };
 

@@ -70,6 +70,8 @@ class HalvingReducer final : public syncopt::comm::Reducer {
   void mean(float* buf, std::size_t count) override {
     for (std::size_t i = 0; i < count; ++i) buf[i] *= 0.5f;
   }
+  // The peer computed nothing: the sum is ours (its examples count too).
+  void sum(float* buf, std::size_t count) override { (void)buf, (void)count; }
 };
 
 // Puts a NaN into the mean, as a peer with a diverged gradient would.
@@ -79,6 +81,7 @@ class PoisonReducer final : public syncopt::comm::Reducer {
   void mean(float* buf, std::size_t count) override {
     if (count > 0) buf[count / 3] = std::numeric_limits<float>::quiet_NaN();
   }
+  void sum(float* buf, std::size_t count) override { mean(buf, count); }
 };
 
 std::vector<float> theta_of(const replica::Replica& r) {

@@ -78,9 +78,15 @@ TEST_CASE("simulate: bad input exits with its code", "[e2e][sim]") {
   const Result missing = run(sim_args(dir, "a") + " --from " + (dir / "nope").string());
   CHECK(missing.code == 66);
   CHECK(missing.output.find("not found") != std::string::npos);
-  const Result allreduce = run(sim_args(dir, "b") + " --set train.mode=allreduce");
-  CHECK(allreduce.code == 78);
-  CHECK(allreduce.output.find("parameter-server modes") != std::string::npos);
+  const Result local = run(sim_args(dir, "b") + " --set train.mode=local");
+  CHECK(local.code == 78);
+  CHECK(local.output.find("parameter-server modes (sync, async, softsync, ssp, timeout) and "
+                          "allreduce") != std::string::npos);
+  // allreduce is simulated from the [sim] keys; a fit to a run is refused.
+  const Result fitted =
+      run(sim_args(dir, "b2") + " --set train.mode=allreduce --from " + dir.string());
+  CHECK(fitted.code == 78);
+  CHECK(fitted.output.find("fits the parameter-server modes") != std::string::npos);
   const Result backups = run(sim_args(dir, "c") + " --set train.backups=8");
   CHECK(backups.code == 78);
   CHECK(backups.output.find("sim.workers = 8") != std::string::npos);

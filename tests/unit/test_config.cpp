@@ -546,3 +546,31 @@ TEST_CASE("the model.layers reference names every layer type and attribute the r
   }
   CHECK(types == syncopt::nn::layer_type_names().size());
 }
+
+TEST_CASE(
+    "micro-batches and the compute budget: allreduce only, a number or auto, smaller "
+    "micro-batches than the batch",
+    "[config]") {
+  const auto err = [](const std::vector<std::string>& overrides) {
+    return config_error([&] { cfg::parse("", "x.toml", overrides); });
+  };
+  const auto ok = [](const std::vector<std::string>& overrides) {
+    return cfg::parse("", "x.toml", overrides);
+  };
+  const auto c = ok({"train.mode=allreduce", "train.batch=32", "train.micro_batch=8",
+                     "train.compute_budget_ms=auto"});
+  CHECK(cfg::is_auto(c.train.compute_budget_ms));
+  const auto d = ok({"train.mode=allreduce", "train.micro_batch=8", "train.compute_budget_ms=12"});
+  CHECK(std::get<double>(d.train.compute_budget_ms) == 12.0);
+  CHECK_THAT(err({"train.compute_budget_ms=fast"}), Contains("expected float or \"auto\""));
+  CHECK_THAT(err({"train.compute_budget_ms=-1"}), Contains("must be \"auto\" or >= 0"));
+  CHECK_THAT(err({"train.mode=sync", "train.micro_batch=8"}),
+             Contains("train.micro_batch = 8: applies to train.mode = \"allreduce\" only"));
+  CHECK_THAT(err({"train.mode=allreduce", "train.compute_budget_ms=50"}),
+             Contains("needs micro-batches smaller than the batch"));
+  CHECK_THAT(err({"train.mode=allreduce", "train.micro_batch=64"}),
+             Contains("train.micro_batch = 64: exceeds train.batch = 32"));
+  CHECK_THAT(err({"train.mode=allreduce", "train.micro_batch=8", "train.compute_budget_ms=auto",
+                  "train.compute_budget_keep=0"}),
+             Contains("train.compute_budget_keep"));
+}

@@ -378,6 +378,6 @@ TEST_CASE("header check: a bucket must be one of the slice's, with its offset an
   whole.count = 38;
   comm::Expect plain{3, {comm::Kind::kGrad}, 1, 38, comm::Message::wire_bytes(38)};
   CHECK(comm::check_header(whole, plain).empty());
-  CHECK(sizeof(comm::MsgHeader) == 80);
-  CHECK(comm::kProtoVersion == 6);
+  CHECK(sizeof(comm::MsgHeader) == 104);
+  CHECK(comm::kProtoVersion == 7);
 }

@@ -168,6 +168,33 @@ TEST_CASE(
   for (const double t : step_times(whole)) CHECK(t == Approx(2 * wire_s + 0.030));
 }
 
+TEST_CASE("pipelined exchange: a straggler is slow at every layer, its upper buckets late with it",
+          "[sim][pipeline]") {
+  // three_layers() on links ten times slower (10.64, 10.64, 20.64 ms a
+  // bucket), the worker a fixed 2x straggler: its 30 ms gradient takes 60,
+  // spread over the layers like the compute (docs/design.md §7): forward 20
+  // (10, 5, 5), backward 40 (10, 10, 20 from the top). Buckets arrive at
+  // 10.64, 21.28, 41.92 ms; layer 0 runs 10.64-20.64, layer 1 21.28-26.28,
+  // layer 2 41.92-46.92; backward: layer 2's bucket leaves at 56.92 (in at
+  // 77.56), layer 1's at 66.92 waits for the link until 77.56 (88.20),
+  // layer 0 is done at 86.92 and its bucket leaves at 88.20: in at 98.84.
+  // (The delay slept after backward, as the worker once did: layer 2's
+  // bucket would leave at 49.42 and the last at 94.42, in at 105.06 ms.)
+  // Without the pipeline: 40.64 + 60 + 40.64 ms, as ever.
+  syncopt::config::StragglerConfig sc;
+  sc.model = syncopt::config::StragglerModel::kFixed;
+  sc.factor = 2.0;
+  const syncopt::worker::StragglerModel slow(sc);
+  for (const bool pipeline : {true, false}) {
+    sim::SimSetup st = three_layers(pipeline, 0.0);
+    st.network = {0.0, 1e5};
+    st.stragglers = &slow;
+    const auto steps = step_times(st);
+    REQUIRE(steps.size() == 5);
+    for (const double t : steps) CHECK(t == Approx(pipeline ? 0.09884 : 0.14128));
+  }
+}
+
 TEST_CASE("pipelined exchange: with stragglers and backups it is never slower (one shard)",
           "[sim][pipeline]") {
   // One shard: the pipeline only starts layers earlier and sends gradients

@@ -1,6 +1,7 @@
 // Straggler injection: seeded, per worker and step, with the documented
 // means; trace replay from a CSV and from an earlier run's steps.jsonl.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -116,4 +117,55 @@ TEST_CASE("trace replays recorded arrivals from a CSV or a steps.jsonl", "[strag
   c.trace = (dir / "missing.csv").string();
   CHECK_THROWS_AS(StragglerModel(c), syncopt::MissingInputError);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a straggler's slowdown gives the step's delay bit for bit, and paces it in pieces",
+          "[straggler]") {
+  using syncopt::worker::StragglerPacer;
+  using M = syncopt::config::StragglerModel;
+  // The delay of a whole step is the models' formulas as they always were,
+  // to the bit (the virtual clock's finish times, the golden records and
+  // the fit use delay_s), and the slowdown's lateness at the step's end.
+  for (const M model : {M::kBernoulli, M::kFixed, M::kExponential, M::kLognormal, M::kPareto}) {
+    StragglerConfig c;
+    c.model = model;
+    c.prob = 0.3;
+    c.factor = 3.0;
+    c.mean_ms = 7.0;
+    c.seed = 5;
+    const StragglerModel m(c);
+    for (std::uint64_t s = 0; s < 200; ++s) {
+      const double compute = 0.001 * static_cast<double>(1 + s % 17);
+      const double d = m.delay_s(2, s, compute);
+      CHECK(m.slowdown(2, s).late_s(compute, 1.0) == d);
+      const double u = syncopt::worker::hash_uniform(5, 2, s, model == M::kBernoulli ? 0 : 1);
+      if (model == M::kBernoulli) CHECK(d == (u < 0.3 ? (3.0 - 1.0) * compute : 0.0));
+      if (model == M::kFixed) CHECK(d == (3.0 - 1.0) * compute + 0.007);
+      if (model == M::kExponential) CHECK(d == -0.007 * std::log1p(-u));
+      // Paced in four equal pieces of work, the sleeps add up to it.
+      StragglerPacer p;
+      p.start(m.slowdown(2, s));
+      double slept = 0.0;
+      for (int i = 1; i <= 4; ++i) slept += p.due_s(compute * i / 4.0, i / 4.0);
+      CHECK(slept == Approx(d).margin(1e-15));
+      CHECK(p.slept_s() == slept);
+    }
+  }
+  // A 3x machine sleeps twice each piece's work as it goes; an extra delay
+  // goes by the share of the work: a piece of a quarter gets a quarter.
+  StragglerPacer p;
+  p.start({3.0, 0.0, 0.0});
+  CHECK(p.due_s(0.010, 0.1) == Approx(0.020));
+  CHECK(p.due_s(0.015, 0.9) == Approx(0.010));  // 5 ms more work, whatever its share
+  p.start({1.0, 0.4, 0.0});
+  CHECK(p.due_s(0.5, 0.25) == Approx(0.1));
+  CHECK(p.due_s(0.5, 0.25) == 0.0);  // no new work, nothing more
+  CHECK(p.due_s(0.9, 1.0) == Approx(0.3));
+  // A recorded arrival (trace) paces the step; once overtaken by the
+  // compute it stays overtaken (nothing is slept back).
+  p.start({1.0, 0.0, 1.0});
+  CHECK(p.due_s(0.1, 0.5) == Approx(0.4));
+  CHECK(p.due_s(1.0, 0.6) == 0.0);
+  CHECK(p.due_s(1.1, 1.0) == 0.0);
+  CHECK_FALSE(StragglerPacer().active());
 }

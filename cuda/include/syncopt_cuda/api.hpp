@@ -186,6 +186,9 @@ class DeviceReducer : public comm::Reducer {
   // `stream` that the same wait covers. A collective.
   virtual void mean_device(float* d_buf, std::size_t count, void* stream,
                            const std::function<void()>& then) = 0;
+  // The same, the sum over the ranks (micro-batches' gradient sums).
+  virtual void sum_device(float* d_buf, std::size_t count, void* stream,
+                          const std::function<void()>& then) = 0;
 };
 
 // An NCCL communicator over the ranks of an MPI communicator, one device per
@@ -208,7 +211,10 @@ class NcclReducer {
   // In-place sum over the ranks of `count` floats in device memory, enqueued
   // on `stream` (a cudaStream_t; nullptr = the reducer's own stream) and
   // waited for.
-  void allreduce_sum(float* device_buf, std::size_t count, void* stream);
+  // `then`, if set, enqueues more work on the stream after the sum, before
+  // the one wait that covers it all.
+  void allreduce_sum(float* device_buf, std::size_t count, void* stream,
+                     const std::function<void()>& then = {});
   // In-place mean, the same way (sum, then a scale by 1/size: the MPI
   // reducer's formula). `then`, if set, enqueues more work on the stream
   // after the scale, before the one wait that covers it all.
@@ -218,6 +224,8 @@ class NcclReducer {
   // through a pinned buffer, averaged, copied back. Returns when `host`
   // holds the result.
   void allreduce_mean_host(float* host, std::size_t count);
+  // The same, the sum.
+  void allreduce_sum_host(float* host, std::size_t count);
 
   int rank() const;
   int size() const;

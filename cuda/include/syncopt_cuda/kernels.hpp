@@ -117,6 +117,14 @@ void softmax_cross_entropy(const T* logits, const std::int32_t* labels, int batc
 // x *= s over n elements.
 void scale(float* x, std::size_t n, float s, cudaStream_t stream);
 
+// sum[i] = w * g[i] (first) or sum[i] += w * g[i] over n elements (the
+// host replica's formula, without contraction into an FMA): micro-batches.
+void weighted_accumulate(float* sum, const float* g, std::size_t n, float w, bool first,
+                         cudaStream_t stream);
+
+// y[i] = x[i] * s over n elements.
+void scaled_copy(const float* x, std::size_t n, float s, float* y, cudaStream_t stream);
+
 // x[i] = v over n elements.
 void fill(float* x, std::size_t n, float v, cudaStream_t stream);
 
