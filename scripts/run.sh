@@ -3,11 +3,16 @@
 # trains the reference CNN on Fashion-MNIST. By default the paper's method
 # under mpirun (configs/fmnist-sync.toml: 1 parameter server, 1 evaluator,
 # 5 workers, sync with N = 4, b = 1), ending with the run's report.
-# Usage: scripts/run.sh [CONFIG] [--set key=value ...]
+# Usage: scripts/run.sh [CONFIG] [--set key=value ...] [--dry-run]
 #   SYNCOPT_NP=7 ranks for a distributed config (default 7); a config whose
 #   train.mode is "local" runs as one process without mpirun.
 #   SYNCOPT_BIN=/path/to/syncopt: use that binary; nothing is installed or
 #   built (an installed syncopt, or a build elsewhere).
+#   SYNCOPT_HOSTFILE=hosts: across hosts, Open MPI's host file (`node1
+#   slots=2` lines); -np is then the sum of its slots unless SYNCOPT_NP says.
+#   SYNCOPT_MPIRUN_ARGS="...": more options for mpirun, split at spaces
+#   (e.g. the network to use: --mca btl_tcp_if_include eth1 --mca
+#   oob_tcp_if_include eth1).
 #
 # Exit status: the run's own (README, "Faults, stopping and resuming"): the
 # exit code of this launch as the rank that ended it recorded it (in the file
@@ -16,6 +21,11 @@
 # distributed run goes under `mpirun --enable-recovery`, so that a worker
 # that dies is dropped and the run goes on; that mpirun exits 0 whatever the
 # ranks did, so its status says nothing.
+# The job ends once its outcome is recorded: when mpirun has not exited
+# SYNCOPT_END_GRACE_S (5) seconds after the rank that ended the launch wrote
+# it, this script ends mpirun (SIGTERM, then SIGKILL 2 s later). Open MPI
+# 4.1's mpirun waits forever for the daemon of a host it cannot reach, and
+# ignores SIGTERM while it does (docs/design.md §9).
 # Ctrl-C (SIGINT), SIGTERM or SIGHUP to this script stop the run at a step
 # boundary with a checkpoint (exit 75; SIGUSR1 to mpirun, which forwards it);
 # a second one ends mpirun at once. Resume with the command it prints.
@@ -75,9 +85,25 @@ trap 'rm -f "$outcome"' EXIT
 # it too). Under --enable-recovery neither setting changes what mpirun does:
 # it neither aborts the job for such an exit nor reports its status. A rank
 # killed by a signal still gets one line: that one is a real death.
+hosts=()
+np=${SYNCOPT_NP:-7}
+if [ -n "${SYNCOPT_HOSTFILE:-}" ]; then
+  [ -r "$SYNCOPT_HOSTFILE" ] || { echo "run.sh: cannot read the host file $SYNCOPT_HOSTFILE (SYNCOPT_HOSTFILE)" >&2; exit 66; }
+  hosts=(--hostfile "$SYNCOPT_HOSTFILE")
+  if [ -z "${SYNCOPT_NP:-}" ]; then
+    np=$(awk '!/^[ \t]*(#|$)/ { n = 1; for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) { n = substr($i, 7) } s += n } END { print s + 0 }' "$SYNCOPT_HOSTFILE")
+  fi
+fi
+# shellcheck disable=SC2206  # split at spaces, as documented
+extra=(${SYNCOPT_MPIRUN_ARGS:-})
+# --dry-run: every rank says where it runs (host, node-local rank, device);
+# nothing is trained or written.
+for a in "$@"; do
+  [ "$a" = --dry-run ] && exec mpirun "${hosts[@]}" "${extra[@]}" -np "$np" "$bin" "${args[@]}" </dev/null
+done
 setsid env SYNCOPT_LAUNCH_ID="$launch_id" SYNCOPT_OUTCOME_FILE="$outcome" \
   mpirun --enable-recovery --mca orte_abort_on_non_zero_status 0 --mca orte_allowed_exit_without_sync 1 \
-  -x SYNCOPT_LAUNCH_ID -x SYNCOPT_OUTCOME_FILE -np "${SYNCOPT_NP:-7}" \
+  "${hosts[@]}" "${extra[@]}" -x SYNCOPT_LAUNCH_ID -x SYNCOPT_OUTCOME_FILE -np "$np" \
   "$bin" "${args[@]}" </dev/null &
 mpirun_pid=$!
 stops=0
@@ -96,12 +122,32 @@ stop_run() {
 trap 'stop_run INT' INT
 trap 'stop_run TERM' TERM
 trap 'stop_run HUP' HUP
+# Ends mpirun once the outcome has been on disk for SYNCOPT_END_GRACE_S.
+# shellcheck disable=SC2317  # run in the background
+end_after_outcome() {
+  local grace=${SYNCOPT_END_GRACE_S:-5} since=""
+  while kill -0 "$mpirun_pid" 2>/dev/null; do
+    if [ -z "$since" ] && [ -s "$outcome" ]; then since=$EPOCHREALTIME; fi
+    if [ -n "$since" ] && awk -v a="$since" -v b="$EPOCHREALTIME" -v g="$grace" 'BEGIN { exit !(b - a >= g) }'; then
+      echo "run.sh: the outcome is recorded ($outcome) but mpirun has not exited ${grace}s later (a host it cannot reach: it waits for that host's daemon); ending it" >&2
+      kill -TERM "$mpirun_pid" 2>/dev/null
+      sleep 2
+      if kill -KILL "$mpirun_pid" 2>/dev/null; then echo "run.sh: mpirun ignored SIGTERM: SIGKILL" >&2; fi
+      return
+    fi
+    sleep 0.2
+  done
+}
+end_after_outcome &
+ender_pid=$!
 mpirun_rc=0
 while :; do
   # wait returns early (status > 128) when a trapped signal arrives.
   wait "$mpirun_pid" && mpirun_rc=0 || mpirun_rc=$?
   kill -0 "$mpirun_pid" 2>/dev/null || break
 done
+kill "$ender_pid" 2>/dev/null || true
+wait "$ender_pid" 2>/dev/null || true
 trap - INT TERM HUP
 
 # The run's verdict: what the rank that ended this launch wrote, else this

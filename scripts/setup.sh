@@ -11,7 +11,9 @@
 # a Debian package (bookworm has 2.6): scripts/fetch-onednn.py puts PyPI's
 # onednn-cpu-gomp wheels into .deps/ unless cmake is given -DDNNL_ROOT.
 # ocl-icd-opencl-dev: CMake's FindCUDAToolkit records libOpenCL (CUDA::OpenCL)
-# where it exists; listed so that fresh and used machines configure alike. scripts/test.sh checks this after every build
+# where it exists; listed so that fresh and used machines configure alike.
+# clang and libclang-rt-14-dev (libFuzzer's runtime, only a Recommends of
+# clang's): the fuzz tests (tests/fuzz, CTest label fuzz) build with them. scripts/test.sh checks this after every build
 # (scripts/check-packages.py: every file the build used, mapped to its
 # package, against this list and its Depends).
 set -euo pipefail
@@ -20,12 +22,15 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libcli11-dev libspdlog-dev
           catch2 libtomlplusplus-dev nlohmann-json3-dev ocl-icd-opencl-dev libopenblas-dev zlib1g-dev
           dataset-fashion-mnist python3 python3-matplotlib clang-format
-          python3-pip libprotobuf-dev protobuf-compiler libhdf5-dev)
+          python3-pip libprotobuf-dev protobuf-compiler libhdf5-dev
+          clang libclang-rt-14-dev)
 # The SLURM tests (ctest -L slurm, root only) start a private single-node
 # SLURM: scripts/slurm/local-cluster.sh, which installs the same list when run
 # by itself. Installed here so that a test's time limit never pays for apt.
+# The cluster tests (ctest -L cluster, root only) make hosts of network
+# namespaces with iproute2's ip and tc (unshare is util-linux's, essential).
 TEST_PACKAGES=(
-  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev)
+  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev iproute2)
 
 tests=0
 if [ "${1:-}" = --list-packages ]; then
@@ -77,6 +82,16 @@ if ((tests)); then
   pip_install PIL pillow
   pip_install pandas pandas
   pip_install mlflow mlflow-skinny
+  # The safetensors round trip (tests/e2e/test_safetensors.py) loads an
+  # export into PyTorch. PyPI's torch is the CUDA build: 3.0 GB downloaded
+  # (torch 539 MB, the rest NVIDIA's libraries), 5.3 GB installed, 11 min
+  # here; into .deps/torch (ignored by git, kept between runs), never into
+  # the system's Python, and only once.
+  if ! python3 -c "import sys; sys.path.insert(0, '.deps/torch'); import torch, safetensors" 2>/dev/null; then
+    echo "setup: installing torch and safetensors from PyPI into .deps/torch (about 3 GB)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+      --target .deps/torch torch safetensors
+  fi
 fi
 
 # oneDNN 3 for the CPU backend, unless the caller names one (DNNL_ROOT, or

@@ -53,9 +53,10 @@ int run_train(const TrainArgs& args, comm::MpiSession& mpi);
 // nothing (inspect_command.cpp).
 struct RunDirArgs {
   std::string dir;
-  std::string out;      // export --out
-  bool csv = true;      // export --csv
-  bool fields = false;  // checkpoints --fields
+  std::string out;           // export --out
+  bool csv = false;          // export --csv (the default when no format is named)
+  bool safetensors = false;  // export --safetensors
+  bool fields = false;       // checkpoints --fields
 };
 CLI::App* add_keys_command(CLI::App& app);
 CLI::App* add_checkpoints_command(CLI::App& app, RunDirArgs& args);
@@ -63,7 +64,7 @@ CLI::App* add_report_command(CLI::App& app, RunDirArgs& args);
 CLI::App* add_export_command(CLI::App& app, RunDirArgs& args);
 int run_keys();
 int run_report(const std::string& dir);
-int run_export(const std::string& dir, const std::string& out);
+int run_export(const RunDirArgs& args);
 // fields: also every saved field of every part, with its kind and size.
 int run_checkpoints(const std::string& dir, bool fields);
 

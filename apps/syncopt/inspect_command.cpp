@@ -16,6 +16,7 @@
 #include "metrics/analysis.hpp"
 #include "metrics/export.hpp"
 #include "rundir/meta.hpp"
+#include "train/weights.hpp"
 
 namespace syncopt::app {
 
@@ -64,10 +65,17 @@ CLI::App* add_export_command(CLI::App& app, RunDirArgs& args) {
       app, "export",
       "Write a run's records as CSV: steps.csv (one row per update), grads.csv (one row per "
       "gradient received: arrival, accepted, staleness), eval.csv (one row per evaluation); "
-      "into RUN_DIR/csv/ unless --out.",
+      "into RUN_DIR/csv/ unless --out. With --safetensors, its weights for PyTorch instead: "
+      "model.safetensors (theta) and model_ema.safetensors (the EMA) in RUN_DIR/export/, "
+      "tensors named and shaped as the layer graph in PyTorch's layout, weight norm folded, "
+      "batch-norm statistics computed as the evaluation does (it reads the run's data); "
+      "scripts/syncopt_torch.py builds the module from the file.",
       args);
-  exporter->add_flag("--csv", args.csv, "CSV files (the one format, and the default)");
-  exporter->add_option("--out", args.out, "Directory for the files (default RUN_DIR/csv)");
+  exporter->add_flag("--csv", args.csv, "The records as CSV files (the default)");
+  exporter->add_flag("--safetensors", args.safetensors,
+                     "The final weights as safetensors files for PyTorch (docs/models.md)");
+  exporter->add_option("--out", args.out,
+                       "Directory for the files (default RUN_DIR/csv, RUN_DIR/export)");
   return exporter;
 }
 
@@ -119,11 +127,18 @@ int run_report(const std::string& dir) {
   return 0;
 }
 
-// `syncopt export RUN_DIR --csv [--out DIR]`: the records as CSV files.
-int run_export(const std::string& dir, const std::string& out) {
+// `syncopt export RUN_DIR [--csv] [--safetensors] [--out DIR]`: the records
+// as CSV files, the weights as safetensors files.
+int run_export(const RunDirArgs& args) {
   using namespace syncopt;
+  const std::string& dir = args.dir;
   const std::filesystem::path run(dir);
-  const std::filesystem::path to = out.empty() ? run / "csv" : std::filesystem::path(out);
+  if (args.safetensors) {
+    for (const auto& f : train::export_safetensors(run, args.out))
+      std::printf("%s\n", f.string().c_str());
+    if (!args.csv) return 0;
+  }
+  const std::filesystem::path to = args.out.empty() ? run / "csv" : std::filesystem::path(args.out);
   const rundir::RunState status = rundir::run_status(run);
   if (!status.complete()) {
     std::fprintf(stderr, "syncopt export: %s is incomplete (%s): %s\n", dir.c_str(),

@@ -174,7 +174,7 @@ CommandLine::CommandLine(int argc, char** argv) {
       {add_report_command(m_app, m_report), false,
        [this](MpiSession&) { return run_report(m_report.dir); }},
       {add_export_command(m_app, m_export), false,
-       [this](MpiSession&) { return run_export(m_export.dir, m_export.out); }},
+       [this](MpiSession&) { return run_export(m_export); }},
       {add_simulate_command(m_app, m_simulate), false,
        [this](MpiSession&) { return run_simulate(m_simulate); }},
       {add_plan_command(m_app, m_plan), false, [this](MpiSession&) { return run_plan(m_plan); }},

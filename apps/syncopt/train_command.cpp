@@ -77,6 +77,25 @@ std::string mpi_line(const TrainArgs& args, const syncopt::config::Config& cfg) 
   return line;
 }
 
+// --dry-run's hosts, each with its ranks and their roles (a host file's
+// slots fill in order): `lines` holds kLine characters per rank, each
+// starting with the rank's host and ", node-local".
+void print_hosts(const char* lines, int line_chars, int world,
+                 const syncopt::layout::Roles& roles) {
+  std::vector<std::pair<std::string, std::string>> hosts;
+  for (int r = 0; r < world; ++r) {
+    const std::string line = lines + static_cast<std::ptrdiff_t>(line_chars) * r;
+    const std::string host = line.substr(0, line.find(", node-local"));
+    auto it =
+        std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == host; });
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), {host, ""});
+    it->second += (it->second.empty() ? "" : ", ") + std::to_string(r) + " " + roles.role_name(r);
+  }
+  std::printf("# hosts: %zu\n", hosts.size());
+  for (const auto& [host, ranks] : hosts)
+    std::printf("%s: ranks %s\n", host.c_str(), ranks.c_str());
+}
+
 // --dry-run: the resolved config, the role of every rank, and where each
 // computes (the GPU from the node-local rank, as training will pick it).
 void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
@@ -124,6 +143,7 @@ void print_dry_run(const TrainArgs& args, const syncopt::config::Config& cfg,
     std::printf("rank %d: %s%s\n", r, lines.data() + kLine * r,
                 shard ? " (a shard applies its updates on the CPU)" : "");
   }
+  print_hosts(lines.data(), kLine, world, roles);
   std::printf("# %s\n", nn::graph_summary(graph).c_str());
   // What the run's params.f32 will hold (docs/outputs.md).
   std::printf(

@@ -210,11 +210,11 @@ void standardize(Dataset& train, Dataset& test) {
     inv_std[c] = static_cast<float>(sd > 1e-12 ? 1.0 / sd : 1.0);
   }
   for (Dataset* ds : {&train, &test}) {
-    if (!ds->in_memory()) {
-      ds->mean = mean;
-      ds->inv_std = inv_std;
-      continue;
-    }
+    // Kept for every set: an on-disk one applies them as it reads, and an
+    // exported model needs them (train/weights.hpp).
+    ds->mean = mean;
+    ds->inv_std = inv_std;
+    if (!ds->in_memory()) continue;
     const std::int64_t ds_plane = std::int64_t{ds->height} * ds->width;
     for (std::int64_t i = 0; i < ds->count; ++i) {
       float* img = ds->images.data() + i * ds->image_size();

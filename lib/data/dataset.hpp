@@ -47,7 +47,8 @@ struct Dataset {
   std::vector<float> images;
   std::vector<std::int32_t> labels;  // count
   // On disk: the raw images, standardised as they are read with the
-  // training set's per-channel `mean` and `inv_std` (set by standardize).
+  // training set's per-channel `mean` and `inv_std` (set by standardize for
+  // every set; a set in memory holds its images standardised already).
   std::shared_ptr<const ImageSource> source;
   std::vector<float> mean, inv_std;
 

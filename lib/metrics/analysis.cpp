@@ -401,7 +401,28 @@ RunAnalysis write_summary(const std::filesystem::path& run_dir, const RunInfo& i
   return an;
 }
 
+namespace {
+RunInfo run_info_fields(const json& s);  // below
+}  // namespace
+
 RunInfo run_info_from_summary(const json& s) {
+  // A summary.json edited by hand or damaged: 65 naming it, not a json
+  // exception (an internal error) from a field of the wrong type.
+  if (!s.is_object()) {
+    throw DataError(std::string("summary.json: not a JSON object (") + s.type_name() +
+                    "): not a syncopt summary");
+  }
+  try {
+    return run_info_fields(s);
+  } catch (const json::exception& e) {
+    throw DataError(std::string("summary.json: a field has the wrong type (") + e.what() +
+                    "): not a syncopt summary, or edited by hand");
+  }
+}
+
+namespace {
+
+RunInfo run_info_fields(const json& s) {
   RunInfo i;
   const std::string mode = s.value("mode", std::string("local"));
   const auto parsed = config::enum_from_name<config::Mode>(mode);
@@ -434,8 +455,6 @@ RunInfo run_info_from_summary(const json& s) {
   i.test_acc_ema = number("test_acc_ema");
   return i;
 }
-
-namespace {
 
 // printf into the report, a line of at most 255 characters a call.
 __attribute__((format(printf, 2, 3))) void put(std::ostream& os, const char* format, ...) {

@@ -387,6 +387,19 @@ void CpuNetwork::set_batch_norm_statistics(const float* params, const float* ima
 
 int CpuNetwork::max_batch() const { return m_impl->max_batch; }
 
+void CpuNetwork::batch_norm_statistics(int node, std::vector<float>& mean,
+                                       std::vector<float>& var) const {
+  const Impl& im = *m_impl;
+  if (!im.stats_set || node < 0 || static_cast<std::size_t>(node) >= im.cx.infos.size() ||
+      im.graph().nodes[static_cast<std::size_t>(node)].type != LayerType::kBatchNorm) {
+    throw InternalError("CpuNetwork::batch_norm_statistics: node " + std::to_string(node) +
+                        " is no batch norm, or no statistics were set");
+  }
+  const NodeInfo& info = im.cx.infos[static_cast<std::size_t>(node)];
+  mean = info.mean;
+  var = info.var;
+}
+
 void CpuNetwork::set_dropout_key(std::optional<std::uint64_t> key) { m_impl->dropout_key = key; }
 
 const ParamLayout& CpuNetwork::layout() const { return m_impl->graph().layout; }

@@ -48,6 +48,11 @@ class CpuNetwork final : public Network {
   void set_batch_norm_statistics(const float* params, const float* images, int batch,
                                  int batches) override;
   int max_batch() const override;
+  // The statistics the last set_batch_norm_statistics() gave batch-norm node
+  // `node` (its index in graph().nodes): per channel the mean and the biased
+  // variance predict() normalises with (InternalError before any, or for a
+  // node that is no batch norm). For exporting a model (train/weights.hpp).
+  void batch_norm_statistics(int node, std::vector<float>& mean, std::vector<float>& var) const;
 
   // Dropout masks are drawn from a key; by default the key is a hash of the
   // batch (images and labels), so a resumed or repeated step draws the same

@@ -31,16 +31,6 @@ fs::path claim_path(const fs::path& run_dir, const std::string& launch_id) {
   return run_dir / (".ending-" + launch_id);
 }
 
-// The summary.json of `launch_id` is on disk already.
-bool summary_of(const fs::path& run_dir, const std::string& launch_id) {
-  try {
-    return json::parse(read_file_bytes(run_dir / "summary.json")).value("launch_id", "") ==
-           launch_id;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
 }  // namespace
 
 json rank_json(const std::vector<comm::Peer>& peers, const layout::Roles& roles, int rank) {
@@ -90,25 +80,62 @@ void write_summary_from_records(const fs::path& run_dir, const Outcome& outcome,
   }
 }
 
+EndingClaim EndingClaim::take(const fs::path& run_dir, const std::string& launch_id,
+                              const json& who) {
+  EndingClaim c;
+  const fs::path claim = claim_path(run_dir, launch_id);
+  const int fd = ::open(claim.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno != EEXIST) {
+      spdlog::error("cannot claim the end of the run in {}: {}", run_dir.string(),
+                    std::strerror(errno));
+      c.m_holder = {{"error", std::strerror(errno)}};
+      return c;
+    }
+    try {
+      c.m_holder = json::parse(read_file_bytes(claim));
+    } catch (const std::exception&) {
+      c.m_holder = {{"rank", "unknown (its claim is being written)"}};
+    }
+    return c;
+  }
+  const std::string text = metrics::json_text(who) + "\n";
+  const bool wrote = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!wrote) spdlog::warn("the claim {} is incomplete: {}", claim.string(), std::strerror(errno));
+  // Another rank that held the claim before has recorded the outcome.
+  try {
+    const json s = json::parse(read_file_bytes(run_dir / "summary.json"));
+    if (s.value("launch_id", "") == launch_id) {
+      std::error_code ec;
+      fs::remove(claim, ec);
+      c.m_holder = s.contains("ended_by") ? s["ended_by"] : s.value("reported_by", json());
+      return c;
+    }
+  } catch (const std::exception&) {
+    // no summary of this launch: the claim is this rank's
+  }
+  c.m_path = claim;
+  c.m_holder = who;
+  return c;
+}
+
+EndingClaim::EndingClaim(EndingClaim&& o) noexcept
+    : m_path(std::move(o.m_path)), m_holder(std::move(o.m_holder)) {
+  o.m_path.clear();
+}
+
+EndingClaim::~EndingClaim() {
+  if (m_path.empty()) return;
+  std::error_code ec;
+  fs::remove(m_path, ec);
+}
+
 bool end_in_place_of_rank0(const EndingJob& job, const Outcome& outcome) noexcept {
   try {
-    const fs::path claim = claim_path(job.run_dir, job.launch_id);
-    const int fd = ::open(claim.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      if (errno != EEXIST) {
-        spdlog::error("cannot record the end of the run in {}: {}", job.run_dir.string(),
-                      std::strerror(errno));
-      }
-      return false;  // another rank ends the job (or nothing can be written)
-    }
-    ::close(fd);
-    struct Unclaim {
-      fs::path p;
-      ~Unclaim() {
-        std::error_code ec;
-        fs::remove(p, ec);
-      }
-    } unclaim{claim};
+    const auto claim =
+        EndingClaim::take(job.run_dir, job.launch_id, rank_json(*job.peers, *job.roles, job.self));
+    if (!claim.held()) return false;  // another rank ends the job (or nothing can be written)
     // Still this job's directory: its lock free (rank 0 is gone), or held
     // by this launch's rank 0 (stopped). Another job's: hands off.
     LockHolder holder;
@@ -121,8 +148,6 @@ bool end_in_place_of_rank0(const EndingJob& job, const Outcome& outcome) noexcep
       write_outcome_file(outcome, job.launch_id, job.run_dir);
       return true;
     }
-    // Another rank that claimed the ending before has recorded it.
-    if (summary_of(job.run_dir, job.launch_id)) return false;
     write_outcome_file(outcome, job.launch_id, job.run_dir);
     RunJournal::record_end(job.run_dir, job.launch_id, outcome);
     // What the records on disk say: rank 0 wrote them until it fell silent.

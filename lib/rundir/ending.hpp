@@ -51,6 +51,32 @@ struct EndingJob {
 void write_summary_from_records(const std::filesystem::path& run_dir, const Outcome& outcome,
                                 const nlohmann::json& extra) noexcept;
 
+// The claim of the ending of a launch, `.ending-<launch>` in the run
+// directory (created with O_EXCL: on NFS v3 and later an exclusive create
+// is atomic at the server), holding the claimant's rank_json. Whoever
+// records a launch's outcome takes it first, rank 0 included, so that one
+// rank records it even when the network is cut between them (docs/design.md
+// §10). The claim is released (removed) when the holder goes; a later
+// claimant then finds the launch's summary.json and backs off.
+class EndingClaim {
+ public:
+  // Held when this rank may record the outcome; otherwise holder() says who
+  // has (the claim's content, or the summary's reported_by).
+  static EndingClaim take(const std::filesystem::path& run_dir, const std::string& launch_id,
+                          const nlohmann::json& who);
+  EndingClaim(EndingClaim&& o) noexcept;
+  EndingClaim& operator=(EndingClaim&&) = delete;
+  EndingClaim(const EndingClaim&) = delete;
+  ~EndingClaim();
+  bool held() const { return !m_path.empty(); }
+  const nlohmann::json& holder() const { return m_holder; }
+
+ private:
+  EndingClaim() = default;
+  std::filesystem::path m_path;  // set while held
+  nlohmann::json m_holder;
+};
+
 // Rank 0 is silent: records `outcome` (summary.json from the records on
 // disk, run.json's entry of this launch, the outcome file) if this rank is
 // the first to claim the ending of the launch and the run directory is

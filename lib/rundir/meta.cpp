@@ -158,6 +158,40 @@ std::string run_id_at(const fs::path& dir) {
   }
 }
 
+// Every rank of the launch: rank, role, host, pid (this process alone
+// when there is no MPI job to ask).
+json ranks_json(const LaunchFacts& facts) {
+  json ranks = json::array();
+  if (facts.ranks.empty()) {  // one process, no MPI job to ask
+    ranks.push_back({{"rank", 0},
+                     {"role", facts.process_role},
+                     {"host", host_name()},
+                     {"pid", static_cast<int>(getpid())}});
+  }
+  for (std::size_t r = 0; r < facts.ranks.size(); ++r) {
+    ranks.push_back({{"rank", r},
+                     {"role", facts.roles.role_name(static_cast<int>(r))},
+                     {"host", facts.ranks[r].host},
+                     {"pid", facts.ranks[r].pid}});
+  }
+  return ranks;
+}
+
+// The hosts of `ranks` in the order of their first rank, each with its ranks.
+json hosts_json(const json& ranks) {
+  json hosts = json::array();
+  for (const auto& r : ranks) {
+    auto it = std::find_if(hosts.begin(), hosts.end(),
+                           [&](const json& h) { return h["host"] == r["host"]; });
+    if (it == hosts.end()) {
+      hosts.push_back({{"host", r["host"]}, {"ranks", json::array()}});
+      it = hosts.end() - 1;
+    }
+    (*it)["ranks"].push_back(r["rank"]);
+  }
+  return hosts;
+}
+
 }  // namespace
 
 std::string describe_invocation(const Invocation& inv) {
@@ -232,19 +266,7 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
     }
   }
   m_run_id = m_doc["run_id"].get<std::string>();
-  json ranks = json::array();
-  if (facts.ranks.empty()) {  // one process, no MPI job to ask
-    ranks.push_back({{"rank", 0},
-                     {"role", facts.process_role},
-                     {"host", host_name()},
-                     {"pid", static_cast<int>(getpid())}});
-  }
-  for (std::size_t r = 0; r < facts.ranks.size(); ++r) {
-    ranks.push_back({{"rank", r},
-                     {"role", facts.roles.role_name(static_cast<int>(r))},
-                     {"host", facts.ranks[r].host},
-                     {"pid", facts.ranks[r].pid}});
-  }
+  const json ranks = ranks_json(facts);
   std::error_code ec;
   json launch = {
       {"launch_id", inv.launch_id.empty() ? new_id() : inv.launch_id},
@@ -263,6 +285,7 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
        {{"version", inv.version}, {"git_commit", inv.git_commit}, {"git_modified", inv.git_dirty}}},
       {"host", facts.ranks.empty() ? host_name() : facts.ranks[0].host},
       {"pid", facts.ranks.empty() ? static_cast<int>(getpid()) : facts.ranks[0].pid},
+      {"hosts", hosts_json(ranks)},
       {"ranks", ranks},
       {"layout", layout_json(facts.roles)}};
   if (!inv.repeat_of.empty()) launch["repeat_of"] = inv.repeat_of;

@@ -219,7 +219,7 @@ std::vector<std::string> check_resume(const config::Config& cfg, const fs::path&
   }
   if (const std::string diffs = experiment_diffs(now, stamped ? in_checkpoint : in_file);
       !diffs.empty()) {
-    const std::string step = stamp.value("step", nlohmann::json()).dump();
+    const std::string step = stamped ? stamp.value("step", nlohmann::json()).dump() : "";
     const bool edited = stamped && !experiment_diffs(in_file, in_checkpoint).empty();
     throw ConfigError(
         "run.resume = true, but this config is not the experiment in '" + saved.string() + "'" +

@@ -1,13 +1,17 @@
-// The simulated network (syncopt simulate): every node (shard or worker) has
-// one link per direction of `bandwidth` bytes/s, and every message pays a
-// one-way `latency`. A message occupies the sender's outgoing link and the
-// receiver's incoming link for bytes / bandwidth seconds, first come first
-// served, so a shard that answers N+b workers at once sends the replies one
-// after another: the j-th leaves j * size / bandwidth after the first.
+// The simulated network (syncopt simulate): every host has one link per
+// direction of `bandwidth` bytes/s, and every message pays a one-way
+// `latency`. A node (shard or worker) runs on a host; the ranks of one host
+// share its link (sim.shards_per_host, sim.workers_per_host: by default
+// every node is a host of its own). A message between two hosts occupies
+// the sender host's outgoing link and the receiver host's incoming link for
+// bytes / bandwidth seconds, first come first served, so a shard that
+// answers N+b workers at once sends the replies one after another: the j-th
+// leaves j * size / bandwidth after the first. A message between two ranks
+// of one host uses no link (the host's own memory), only the latency.
 //
-//   start   = max(ready, out_free[from], in_free[to])
+//   start   = max(ready, out_free[host(from)], in_free[host(to)])
 //   end     = start + bytes / bandwidth          (0 when bandwidth is unlimited)
-//   arrival = end + latency;  out_free[from] = in_free[to] = end
+//   arrival = end + latency;  out_free[host(from)] = in_free[host(to)] = end
 #pragma once
 
 #include <cstddef>
@@ -29,9 +33,15 @@ struct NetworkParams {
 
 NetworkParams network_params(double latency_us, double bandwidth_gbps);
 
+// The hosts of `shards` shard nodes (0..S-1) and `workers` worker nodes
+// (S..S+K-1): shards fill hosts of `shards_per_host`, then workers fill
+// hosts of `workers_per_host` (the last host of each may have fewer).
+std::vector<int> host_layout(int shards, int workers, int shards_per_host, int workers_per_host);
+
 class Network {
  public:
-  Network(const NetworkParams& params, int nodes);
+  // `host_of[node]`: the host of every node (empty: each its own).
+  Network(const NetworkParams& params, int nodes, std::vector<int> host_of = {});
   // Sends `bytes` from node `from` to node `to`, ready at time `ready`;
   // returns the time the last byte arrives.
   double transfer(int from, int to, double ready, double bytes);
@@ -41,7 +51,8 @@ class Network {
 
  private:
   NetworkParams m_params;
-  std::vector<double> m_out_free, m_in_free;  // per node: when its link is next free
+  std::vector<int> m_host_of;                 // per node
+  std::vector<double> m_out_free, m_in_free;  // per host: when its link is next free
 };
 
 }  // namespace syncopt::sim

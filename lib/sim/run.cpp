@@ -107,6 +107,9 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
   st.agree = cfg.train.agree_shards && t.versioned && st.slice_counts.size() > 1;
   st.lr = static_cast<float>(cfg.optim.lr * roles.rule.lr_multiplier(roles.rule.n));
   st.network = network_params(cfg.sim.latency_us, cfg.sim.bandwidth_gbps);
+  st.host_of = host_layout(static_cast<int>(st.slice_counts.size()), st.workers,
+                           static_cast<int>(cfg.sim.shards_per_host),
+                           static_cast<int>(cfg.sim.workers_per_host));
   st.timing = timing;
   st.stragglers = stragglers;
   return st;
@@ -147,6 +150,8 @@ nlohmann::json sim_block(const config::Config& cfg, const SimSetup& st, const Si
           {"latency_us", cfg.sim.latency_us},
           {"poll_max_us", cfg.sim.poll_max_us},
           {"bandwidth_gbps", cfg.sim.bandwidth_gbps},
+          {"shards_per_host", cfg.sim.shards_per_host},
+          {"workers_per_host", cfg.sim.workers_per_host},
           {"stragglers", cfg.stragglers.model},
           {"timing", timing},
           {"seed", cfg.sim.seed},

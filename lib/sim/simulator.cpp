@@ -148,7 +148,7 @@ class Engine {
 
 Engine::Engine(const SimSetup& st)
     : m_st(st),
-      m_net(st.network, static_cast<int>(st.slice_counts.size()) + st.workers),
+      m_net(st.network, static_cast<int>(st.slice_counts.size()) + st.workers, st.host_of),
       m_workers(static_cast<std::size_t>(st.workers)),
       m_versions(static_cast<std::size_t>(st.workers) * st.slice_counts.size(), 0),
       m_stopped(m_versions.size(), 0) {

@@ -91,6 +91,7 @@ struct SimSetup {
   std::int64_t ssp_bound = 0;
   float lr = 0.0f;  // written into every record (the schedule is not simulated)
   NetworkParams network;
+  std::vector<int> host_of;  // the host of every node (shards, then workers); empty: each its own
   TimingModel timing;
   const worker::StragglerModel* stragglers = nullptr;  // none: no delays
   // Every finished step record of every shard, in simulated-time order.

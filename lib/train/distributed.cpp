@@ -42,6 +42,7 @@
 #include "optim/optimizer.hpp"
 #include "ps/shard.hpp"
 #include "rundir/ending.hpp"
+#include "rundir/partition.hpp"
 #include "train/allreduce.hpp"
 #include "train/evaluation.hpp"
 #include "train/evaluator.hpp"
@@ -94,6 +95,9 @@ struct Job {
   std::optional<checkpoint::Checkpoint> resumed;  // this rank's part (and shard 0's)
   RunClock clock;
   std::unique_ptr<comm::Watch> watch;  // from the roles' start to the end
+  // Rank 0: its mark in the run directory while the roles run, which tells
+  // a rank cut off from it on the network that it still runs (partition.hpp).
+  std::unique_ptr<rundir::AliveMark> alive_mark;
   // Every rank of this node has a core of its own (ranks x compute.threads
   // <= hardware threads): the exchange's waits spin instead of sleeping.
   bool own_core = false;
@@ -541,6 +545,8 @@ RoleOutcome run_role(Job& job, bool quiet) {
       job.resumed && job.resumed->has_part("shard0") ? &job.resumed->part("shard0") : nullptr;
   job.clock.restart(s0 != nullptr ? s0->get<double>("wall_s") : 0.0);
   job.watch = make_watch(job);
+  if (job.rank == 0 && job.opened && job.world > 1)
+    job.alive_mark = std::make_unique<rundir::AliveMark>(job.run_dir, job.launch_id);
   job.training = true;
   metrics::Progress progress(static_cast<std::int64_t>(job.plan.total_steps),
                              job.cfg.run.progress_every_steps, quiet || job.rank != 0,
@@ -592,6 +598,16 @@ void announce(Job& job, ExitCode code) {
 // summary.json only when training had begun (it describes this launch then;
 // an attempt that never trained leaves the run's last summary as it was).
 void record_failure(Job& job, const rundir::Outcome& outcome) {
+  std::optional<rundir::EndingClaim> claim;
+  if (job.training && job.opened) {
+    claim.emplace(rundir::EndingClaim::take(job.run_dir, job.launch_id,
+                                            rundir::rank_json(job.peers, job.roles, 0)));
+    if (!claim->held()) {
+      spdlog::error("the outcome of this launch is recorded by another rank ({}); not by rank 0",
+                    claim->holder().dump());
+      return;
+    }
+  }
   rundir::write_outcome_file(outcome, job.launch_id, job.run_dir);
   // A write failed (a full disk, most often): more writes there would only
   // bury its message under theirs.
@@ -608,6 +624,32 @@ void record_failure(Job& job, const rundir::Outcome& outcome) {
     rundir::write_summary_from_records(
         job.run_dir, outcome, {{"launch_id", job.launch_id}, {"run_id", job.journal.run_id()}});
   }
+  job.alive_mark.reset();
+}
+
+// How long a rank that finds rank 0 silent watches rank 0's mark in the run
+// directory (rewritten every rundir::kAliveEveryS) before it takes rank 0
+// for gone.
+constexpr double kPartitionWatchS = 1.5;
+
+// Rank 0 is silent on the network but runs (its mark in the run directory
+// changes): this rank's host is cut off from it. It leaves its report for
+// rank 0, which records the outcome, and ends. Never returns.
+[[noreturn]] void cut_off_from_rank0(Job& job) {
+  nlohmann::json silent = nlohmann::json::array();
+  for (const int r : job.watch->peers()) {
+    if (!job.watch->alive(r)) silent.push_back(rundir::rank_json(job.peers, job.roles, r));
+  }
+  nlohmann::json report = rundir::rank_json(job.peers, job.roles, job.rank);
+  report["silent"] = silent;
+  report["wall_s"] = job.clock.now();
+  rundir::report_cut_off(job.run_dir, job.launch_id, report);
+  throw EndedByPeerError(ExitCode::kUnavailable,
+                         "ends with exit 69: " + comm::describe_rank(job.peers, 0) +
+                             " is silent on the network but still runs (its mark in " +
+                             job.run_dir.string() + " changes): this host, " +
+                             job.peers[static_cast<std::size_t>(job.rank)].host +
+                             ", is cut off from it; rank 0 records the outcome");
 }
 
 // This rank cannot go on because rank 0, which records the run, is silent:
@@ -618,6 +660,7 @@ void record_failure(Job& job, const rundir::Outcome& outcome) {
   rundir::Outcome outcome = rundir::Outcome::from_code(ExitCode::kUnavailable, e.what());
   outcome.reported_by = rundir::rank_json(job.peers, job.roles, job.rank);
   announce(job, ExitCode::kUnavailable);
+  if (rundir::rank0_running(job.run_dir, job.launch_id, kPartitionWatchS)) cut_off_from_rank0(job);
   const bool ender = rundir::end_in_place_of_rank0(
       {job.run_dir, job.launch_id, job.rank, &job.peers, &job.roles}, outcome);
   if (!ender) {
@@ -731,6 +774,31 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const rundir::Outcome& ou
   return fe;
 }
 
+// How long rank 0 waits for the reports of ranks cut off from it
+// (rundir/partition.hpp) before it records a run that lost ranks on other
+// hosts: a cut-off rank reports kPartitionWatchS after it found rank 0
+// silent, about when rank 0 found it silent.
+constexpr double kReportWaitS = kPartitionWatchS + 1.5;
+
+// Rank 0: what it records of a partition (rundir::describe_partition), when
+// it lost ranks on other hosts that reported being cut off; else null.
+nlohmann::json partition_of(const Job& job, const RoleOutcome& out) {
+  const std::string own = job.peers[0].host;
+  std::vector<std::string> lost_hosts, all_hosts;
+  auto add_lost = [&](int r) {
+    const std::string& h = job.peers[static_cast<std::size_t>(r)].host;
+    if (h != own && std::find(lost_hosts.begin(), lost_hosts.end(), h) == lost_hosts.end())
+      lost_hosts.push_back(h);
+  };
+  for (const int r : out.dead_ranks) add_lost(r);
+  for (const auto& l : out.lost_workers) add_lost(l.value("rank", 0));
+  if (lost_hosts.empty()) return nullptr;
+  for (const auto& p : job.peers) all_hosts.push_back(p.host);
+  const auto reports =
+      rundir::cut_off_reports(job.run_dir, job.launch_id, lost_hosts, kReportWaitS);
+  return rundir::describe_partition(own, lost_hosts, all_hosts, reports);
+}
+
 // Rank 0: the records of every shard, then summary.json, written last.
 std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe, double limit_s) {
   for (int s = 1; s < job.roles.shards; ++s) {
@@ -765,18 +833,31 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   rundir::Outcome outcome = out.outcome;
   if (outcome.reported_by.is_null())
     outcome.reported_by = rundir::rank_json(job.peers, job.roles, 0);
+  const auto claim = rundir::EndingClaim::take(job.run_dir, job.launch_id,
+                                               rundir::rank_json(job.peers, job.roles, 0));
+  if (!claim.held()) {
+    spdlog::error("the outcome of this launch is recorded by another rank ({}); not by rank 0",
+                  claim.holder().dump());
+    return "";
+  }
+  const nlohmann::json partition = partition_of(job, out);
+  if (!partition.is_null() && outcome.status() != RunStatus::kCompleted)
+    outcome.detail += " (" + partition["detail"].get<std::string>() + ")";
   nlohmann::json extra = outcome.to_json();
   extra["lost_workers"] = out.lost_workers;
   extra["launch_id"] = job.launch_id;
   extra["run_id"] = job.journal.run_id();
+  if (!partition.is_null()) extra["partition"] = partition;
   job.journal.finish(outcome);
-  rundir::write_outcome_file(outcome, job.launch_id, job.run_dir);
   if (!fe.done) {
     extra["final_eval"] = outcome.status() == RunStatus::kCompleted
                               ? "none: the evaluator was lost"
                               : "none: the run did not complete";
   }
   const auto an = metrics::write_summary(job.run_dir, info, extra);
+  // Last: a launcher that sees this file may end the job (scripts/run.sh).
+  rundir::write_outcome_file(outcome, job.launch_id, job.run_dir);
+  rundir::remove_partition_files(job.run_dir, job.launch_id);
   return metrics::format_report(an, metrics::read_jsonl(job.run_dir / "eval.jsonl"));
 }
 
@@ -788,9 +869,9 @@ void tell_written(Job& job) {
   (void)job.watch->flush(1.0);
 }
 
-// A rank that will skip MPI_Finalize (a peer died: it would wait for it)
-// exits only once rank 0 has written the records and summary.json, or is
-// found dead: a plain mpirun ends every rank, rank 0 in mid-write
+// A rank other than 0 goes on to MPI_Finalize (or, a peer dead, exits
+// without it) only once rank 0 has written the records and summary.json, or
+// is found dead: a plain mpirun ends every rank, rank 0 in mid-write
 // included, as soon as one exits with an error (or without MPI_Finalize).
 // Rank 0's heartbeats keep this wait going while it writes (a final
 // evaluation can take a while); kWrittenCapS bounds it anyway.
@@ -803,7 +884,8 @@ void wait_for_written(Job& job) {
   while (job.watch->alive(0)) {
     (void)job.watch->poll(job.clock.now());
     for (const auto& n : job.watch->notices()) {
-      if (n.from == 0 && n.kind == Kind::kWritten) return;
+      // WRITTEN, or ENDING: rank 0 failed and recorded what it could.
+      if (n.from == 0 && (n.kind == Kind::kWritten || n.kind == Kind::kEnding)) return;
     }
     if (waited.now() > kWrittenCapS) {
       spdlog::warn(
@@ -877,8 +959,14 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
   }
   if (!sends.drain(limit_s)) spdlog::warn("end phase: some messages were not received");
   if (job.rank == 0) {
+    job.alive_mark.reset();
     tell_written(job);
-  } else if (result.peer_lost || !result.dead_ranks.empty()) {
+  } else {
+    // Every rank, not only one that lost a peer: MPI_Finalize waits for rank
+    // 0, which may write for longer than the limit finalize() gives it (a
+    // ResNet-18's final evaluation and checkpoint on a loaded CPU took over
+    // 15 s); a rank that then exits without MPI_Finalize gets rank 0 killed
+    // before summary.json is written.
     wait_for_written(job);
   }
   return result;

@@ -91,26 +91,32 @@ EvalPoint EvalLog::run(std::uint64_t step, std::uint64_t examples, const float* 
   return p;
 }
 
-void EvalLog::set_batch_norm_set(const data::Dataset& train, int batch, int batches,
-                                 std::uint64_t seed) {
-  if (!m_net.has_batch_norm() || train.count == 0) return;
-  m_bn_batch = static_cast<int>(std::min<std::int64_t>(batch, train.count));
-  m_bn_batches = static_cast<int>(std::min<std::int64_t>(batches, train.count / m_bn_batch));
+std::vector<float> batch_norm_images(const data::Dataset& train, int& batch, int& batches,
+                                     std::uint64_t seed) {
+  batch = static_cast<int>(std::min<std::int64_t>(batch, train.count));
+  batches = static_cast<int>(std::min<std::int64_t>(batches, train.count / batch));
   // The first examples of a seeded permutation (its own stream, apart from
   // the training order's), without augmentation.
   std::vector<std::int64_t> order(static_cast<std::size_t>(train.count));
   std::iota(order.begin(), order.end(), std::int64_t{0});
   std::mt19937_64 rng(seed ^ 0x6b6e5f6261746368ULL);
-  const std::size_t take = static_cast<std::size_t>(m_bn_batch) * m_bn_batches;
+  const std::size_t take = static_cast<std::size_t>(batch) * batches;
   for (std::size_t i = 0; i < take; ++i) {  // a partial Fisher-Yates shuffle
     const std::size_t j = i + static_cast<std::size_t>(rng() % (order.size() - i));
     std::swap(order[i], order[j]);
   }
   const auto size = static_cast<std::size_t>(train.image_size());
-  m_bn_images.resize(take * size);
-  for (std::size_t i = 0; i < take; ++i) {
-    train.read(order[i], 1, m_bn_images.data() + i * size);
-  }
+  std::vector<float> images(take * size);
+  for (std::size_t i = 0; i < take; ++i) train.read(order[i], 1, images.data() + i * size);
+  return images;
+}
+
+void EvalLog::set_batch_norm_set(const data::Dataset& train, int batch, int batches,
+                                 std::uint64_t seed) {
+  if (!m_net.has_batch_norm() || train.count == 0) return;
+  m_bn_batch = batch;
+  m_bn_batches = batches;
+  m_bn_images = batch_norm_images(train, m_bn_batch, m_bn_batches, seed);
 }
 
 std::string EvalLog::describe(const EvalPoint& p) const {

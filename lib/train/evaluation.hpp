@@ -39,6 +39,14 @@ struct EvalPoint {
 // Evaluates θ and θ̄ and appends one eval.jsonl record:
 //   {"step", "wall_s", "examples", "epoch", "test_loss", "test_acc",
 //    "test_loss_ema", "test_acc_ema"}.
+// The batch-norm set of `train` (docs/bn.md): the first batch * batches
+// examples of a permutation seeded by `seed` (its own stream, apart from the
+// training order's), without augmentation, as [n, C, H, W]; batch and
+// batches are lowered to what the set holds. What EvalLog and an exported
+// model (train/weights.hpp) compute batch-norm statistics on.
+std::vector<float> batch_norm_images(const data::Dataset& train, int& batch, int& batches,
+                                     std::uint64_t seed);
+
 class EvalLog {
  public:
   // use_ema = false: θ̄ is θ (no second evaluation). wall_s is read from

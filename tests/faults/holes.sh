@@ -147,7 +147,7 @@ np_poison)
       --set run.resume=true >"$WORK/log-$np" 2>&1
     RC=$?
     [ $RC = 78 ] || fail "-np $np: exit $RC, expected 78"
-    grep -q "saved by 4 ranks" "$WORK/log-$np" || fail "-np $np: the refusal does not name the checkpoint's 4 ranks: $(grep -m1 'cannot resume' "$WORK/log-$np")"
+    grep -q "4 ranks: 1 shard, 3 workers" "$WORK/log-$np" || fail "-np $np: the refusal does not name the run's 4 ranks: $(grep -m1 'cannot resume' "$WORK/log-$np")"
   done
   note "refused twice with -np 3: $(grep -m1 -o 'cannot resume.*workers' "$WORK/log-3")"
   mpirun -np 4 "$BIN" $(job np) --set train.mode=sync --set train.backups=1 --set train.steps=80 \
@@ -279,7 +279,8 @@ config_files)
   # /dev/null as the config is an empty file (64); /dev/zero is not read
   # without bound (78 within seconds); a custom layer that cannot be read is
   # one problem, not two (no false "needs the layers").
-  "$BIN" train /dev/null --set run.dir="$WORK" >"$WORK/log-null" 2>&1
+  # Bounded: without the check it trains with every default (minutes).
+  timeout 30 "$BIN" train /dev/null --set run.dir="$WORK" >"$WORK/log-null" 2>&1
   RC=$?
   note "/dev/null: exit $RC: $(grep -m1 -o 'the config file is empty' "$WORK/log-null")"
   [ $RC = 64 ] || fail "/dev/null: exit $RC, expected 64"

@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <vector>
 
 #include "common/error.hpp"
 #include "config/config.hpp"
@@ -320,6 +321,22 @@ TEST_CASE("network: a link carries one message at a time", "[sim]") {
   CHECK(net.transfer(0, 2, 0.0, 500.0) == Approx(1.001));  // after the first, same sender
   CHECK(net.transfer(2, 1, 0.2, 100.0) == Approx(0.601));  // after the first, same receiver
   CHECK(net.transfer(2, 0, 5.0, 0.0) == Approx(5.001));
+}
+
+TEST_CASE("network: the ranks of one host share its link and cross none within it", "[sim]") {
+  // Shards 0 and 1 on host 0, workers (nodes 2, 3) on host 1 and host 2.
+  CHECK(sim::host_layout(2, 2, 2, 1) == std::vector<int>{0, 0, 1, 2});
+  CHECK(sim::host_layout(3, 4, 1, 2) == std::vector<int>{0, 1, 2, 3, 3, 4, 4});
+  CHECK(sim::host_layout(5, 1, 2, 1) == std::vector<int>{0, 0, 1, 1, 2, 3});
+  sim::Network shared({0.001, 1000.0}, 4, sim::host_layout(2, 2, 2, 1));
+  CHECK(shared.transfer(0, 2, 0.0, 500.0) == Approx(0.501));
+  // Shard 1 replies on host 0's outgoing link, after shard 0's reply.
+  CHECK(shared.transfer(1, 3, 0.0, 500.0) == Approx(1.001));
+  CHECK(shared.transfer(0, 1, 0.0, 5000.0) == Approx(0.001));  // same host: latency only
+  // Each shard a host of its own (the default): the two replies at once.
+  sim::Network own({0.001, 1000.0}, 4);
+  CHECK(own.transfer(0, 2, 0.0, 500.0) == Approx(0.501));
+  CHECK(own.transfer(1, 3, 0.0, 500.0) == Approx(0.501));
 }
 
 TEST_CASE("poll: the idle loop's sleeps grow to the cap", "[sim]") {
