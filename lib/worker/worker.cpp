@@ -348,7 +348,9 @@ void Worker::send_bucket(std::size_t g) {
   h.loss = m_loss;
   // Pure compute, without injected delay: all of it for bucket 0, which
   // goes last; so far for the others (virtual clock: the modelled time).
-  h.compute_s = completes || m_virtual ? m_compute_s : since(m_compute_start) - m_pacer.slept_s();
+  h.compute_s = completes || m_virtual ? m_compute_s
+                                       : since(m_compute_start) - m_pacer.slept_s() -
+                                             (m_result.wait_s - m_wait_at_start);
   h.vtime_s = m_vtime_s;
   h.examples = *std::min_element(m_version.begin(), m_version.end());
   // The step's phases so far (all of them in the bucket that completes it).
@@ -447,9 +449,11 @@ void Worker::compute() {
   } else {
     m_phase.forward = since(m_compute_start) - waited;
   }
-  // Pure compute, without the straggler's sleeps (waits for parameters
-  // inside a pipelined step included, as ever).
-  const double measured = since(m_compute_start) - m_pacer.slept_s();
+  // Pure compute: without the straggler's sleeps and without the waits for
+  // parameters inside a pipelined step (the simulator, fitted to it, models
+  // those waits itself and slows only the compute by a straggler's factor,
+  // as the worker does).
+  const double measured = since(m_compute_start) - m_pacer.slept_s() - waited;
   m_result.compute_s += measured;
   if (!m_virtual) m_compute_s = measured;
 }

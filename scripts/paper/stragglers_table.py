@@ -43,7 +43,7 @@ def figures(s):
     else:
         lost, what = 0.0, ""
     return {"step_s": step, "lost": lost, "lost_what": what, "acc": s.get("test_acc"),
-            "examples": s["examples"]}
+            "examples": s["examples"], "train_s": s["train_s"]}
 
 
 def spread(xs):
@@ -65,11 +65,13 @@ def main():
     lines = [f"Real runs: K = {k} workers (sync: 1 shard + K), {rounds} interleaved rounds; "
              "step = train_s / steps, mean (min-max) over the rounds; ratio against plain "
              "allreduce without stragglers; lost = examples not computed (budget) or gradients "
-             "dropped (sync).", ""]
+             "dropped (sync); training = train_s, the seconds to the same examples (an update "
+             "of sync or of a budget carries fewer examples than K batches).", ""]
     if os.path.exists(load):
         lines += ["Machine load: " + "; ".join(open(load).read().split("\n")).strip("; "), ""]
-    lines += ["| stragglers | mode | step (ms) | x straggler-free | lost | test acc (%) | examples |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["| stragglers | mode | step (ms) | x straggler-free | lost | training (s) | "
+              "test acc (%) | examples |",
+              "|---|---|---|---|---|---|---|---|"]
     base = None
     for sc in SCENARIOS:
         for mode in REAL:
@@ -81,19 +83,20 @@ def main():
             step, lo, hi = spread([g["step_s"] for g in got])
             acc, alo, ahi = spread([g["acc"] for g in got])
             lost = sum(g["lost"] for g in got) / len(got)
+            train, _, _ = spread([g["train_s"] for g in got])
             if sc == "none" and mode == "allreduce":
                 base = step
             ratio = step / base if base else None
             row = {"scenario": sc, "mode": mode, "step_s": step, "step_min_s": lo,
                    "step_max_s": hi, "ratio": ratio, "lost": lost, "lost_what": got[0]["lost_what"],
                    "test_acc": acc, "test_acc_min": alo, "test_acc_max": ahi,
-                   "examples": got[0]["examples"], "rounds": len(got)}
+                   "examples": got[0]["examples"], "train_s": train, "rounds": len(got)}
             rows.append(row)
             acc_text = (f"{100 * acc:.2f} ({100 * alo:.2f}-{100 * ahi:.2f})"
                         if acc is not None else "-")
             lost_text = f"{100 * lost:.1f} % {row['lost_what']}" if row["lost_what"] else "0"
             lines.append(f"| {sc} | {LABEL[mode]} | {1e3 * step:.2f} ({1e3 * lo:.2f}-{1e3 * hi:.2f})"
-                         f" | {ratio:.3f} | {lost_text} | {acc_text} | {row['examples']} |"
+                         f" | {ratio:.3f} | {lost_text} | {train:.0f} | {acc_text} | {row['examples']} |"
                          if ratio is not None else f"| {sc} | {LABEL[mode]} | ... |")
     lines += ["", "Simulated: K = 100 (configs/sim-k100.toml's cluster), 300 updates.", "",
               "| stragglers | mode | step (s) | x straggler-free | lost |", "|---|---|---|---|---|"]
