@@ -122,9 +122,13 @@ class Runner:
     def simulate(self, name, config, *sets):
         args = [config] + [x for s in sets for x in ("--set", s)]
         self.commands.append("syncopt simulate " + " ".join(args))
-        self._run([syncopt_bin(), "simulate", *args, "--set", f"run.dir={self.work}",
-                   "--set", f"run.name={name}", "--quiet"], name)
-        return os.path.join(self.work, name)
+        run = os.path.join(self.work, name)
+        argv = ["simulate", *args, "--set", f"run.dir={self.work}", "--set", f"run.name={name}",
+                "--quiet"]
+        if self.reuse and self._done(run, argv, None):
+            return run
+        self._run([syncopt_bin(), *argv], name)
+        return run
 
     def train(self, np_, name, config, *sets):
         args = [config] + [x for s in sets for x in ("--set", s)]
@@ -132,7 +136,7 @@ class Runner:
         run = os.path.join(self.work, name)
         argv = ["train", *args, "--set", f"run.dir={self.work}", "--set", f"run.name={name}",
                 "--quiet"]
-        if self.reuse and self._done(run, argv):
+        if self.reuse and self._done(run, argv, "completed"):
             return run
         self._run(["mpirun", "--enable-recovery", "-np", str(np_), syncopt_bin(), *argv], name)
         status = syncopt_runs.load(run).summary.get("status")
@@ -141,16 +145,18 @@ class Runner:
         return run
 
     @staticmethod
-    def _done(run, argv):
-        """A completed run of this very command line (--work with REUSE=1)."""
+    def _done(run, argv, want):
+        """A finished run of this very command line (--work with REUSE=1):
+        want "completed" for a training, None for a simulation (its
+        summary.json has no status; a killed one has no summary.json)."""
         try:
             with open(os.path.join(run, "run.json")) as f:
                 launches = json.load(f)["launches"]
             with open(os.path.join(run, "summary.json")) as f:
-                status = json.load(f).get("status")
+                status = json.load(f).get("status")  # a simulation has none
         except (OSError, ValueError, KeyError):
             return False
-        return status == "completed" and launches[-1]["argv"][1:] == argv
+        return status == want and launches[-1]["argv"][1:] == argv
 
     def plan(self, *args):
         out = os.path.join(self.work, f"plan-{len(self.commands)}.json")
@@ -207,14 +213,20 @@ def make_fig3_k100(r, size):
 
 
 NB_TARGET = 0.875
+# A virtual-clock training at the test size: its times are the clock's, so
+# neither the evaluation nor the size of the data set enters them; only
+# their cost does (an mpirun of 7 ranks costs about 6 s of CPU even so).
+TEST_TRAIN_SETS = ["eval.every_steps=0", "data.limit_train=1000", "data.limit_test=100"]
 
 
 def make_nb_k6(r, size):
-    """K = 6, N = 2..6 on the virtual clock; at the test size 40 updates
-    each, the last evaluation's accuracy in place of the updates to target."""
+    """K = 6, N = 2..6 on the virtual clock; at the test size N = 4 (b = 2:
+    a dropped straggler stays busy) only, 12 updates on 1,000 examples
+    without evaluation: the virtual seconds per update, which every ISA gives
+    alike and the data do not change (the suite cannot afford accuracies)."""
     runs = []
-    sets = [] if size == "doc" else ["train.steps=40", "eval.every_steps=20"]
-    for n in range(2, 7):
+    sets = [] if size == "doc" else TEST_TRAIN_SETS + ["train.steps=12"]
+    for n in (range(2, 7) if size == "doc" else (4,)):
         runs.append(r.train(7, f"nb-k6-n{n}", "configs/paper/nb-tradeoff.toml",
                             f"train.backups={6 - n}", *sets))
     rows = []
@@ -226,7 +238,7 @@ def make_nb_k6(r, size):
             step = got[1] if got else None
             rows.append([run.n, run.b, step, per, step * per if step else None])
         else:
-            rows.append([run.n, run.b, per, run.eval_series(True)[-1][2]])
+            rows.append([run.n, run.b, per])
     if size == "doc":
         plan = r.plan("-K", "6", "--runs", *runs, "--target-acc", str(NB_TARGET), "--ema")
         notes = {"fit_a": plan["iters_model"]["a"], "fit_c": plan["iters_model"]["c"],
@@ -237,30 +249,37 @@ def make_nb_k6(r, size):
                             col("time", "time to target (s, virtual)", "training", ".1f")],
                 "rows": rows, "notes": notes, "best": {"column": "time", "least": True}}
     return {"columns": [col("n", "N", "clock", "d"), col("b", "b", "clock", "d"),
-                        col("step", "s per update T(N, b)", "clock", ".4f"),
-                        col("acc", "test accuracy (EMA) after 40 updates", "training", ".4f")],
+                        col("step", "s per update T(N, b)", "clock", ".4f")],
             "rows": rows}
 
 
 K100 = ["-K", "100", "--iters", "14900,6130000"]
 
 
-def plan_pair(r, steps, prob):
-    """The two estimators of T(N, b) at K = 100: per-N simulation and the
-    paper's (read off one b = 0 run)."""
+def plan_pair(r, steps, prob, sim_ns=None):
+    """The two estimators of T(N, b) at K = 100: per-N simulation (of every
+    N, or of the N in sim_ns, plan's --n) and the paper's (read off one
+    b = 0 run)."""
     sets = [f"train.steps={steps}", f"stragglers.prob={prob}"]
     sim = r.plan(*K100, "--sim", "configs/paper/fig3-k100-sim.toml",
-                 *[x for s in sets for x in ("--set", s)])
+                 *[x for s in sets for x in ("--set", s)],
+                 *(["--n", sim_ns] if sim_ns else []))
     b0 = r.simulate(f"k100-b0-p{prob}", "configs/paper/fig3-k100-sim.toml", *sets)
     paper = r.plan(*K100, "--runs", b0)
     return paper, sim
 
 
 def make_plan_k100(r, size):
-    paper, sim = plan_pair(r, 300, 0.05)
+    """p = 5 %: 300 updates per simulation; at the test size 60, and only
+    the N shown simulated."""
+    if size == "doc":
+        paper, sim = plan_pair(r, 300, 0.05)
+    else:
+        paper, sim = plan_pair(r, 60, 0.05, "50,81,85,89,90,94,96,100")
     by_n_p = {row["N"]: row for row in paper["rows"]}
     by_n_s = {row["N"]: row for row in sim["rows"]}
-    ns = sorted({50, 90, 94, 96, 100, paper["best"]["N"], sim["best"]["N"]})
+    ns = sorted(n for n in {50, 90, 94, 96, 100, paper["best"]["N"], sim["best"]["N"]}
+                if n in by_n_s)
     rows = [[n, 100 - n, by_n_p[n]["step_s"], by_n_p[n]["time_s"] / 3600,
              by_n_s[n]["step_s"], by_n_s[n]["time_s"] / 3600] for n in ns]
     return {"columns": [col("n", "N", "clock", "d"), col("b", "b", "clock", "d"),
@@ -272,10 +291,11 @@ def make_plan_k100(r, size):
 
 
 def make_plan_k100_p(r, size):
-    steps = 300 if size == "doc" else 100
+    steps = 300 if size == "doc" else 30
     rows = []
     for prob in (0.05, 0.02, 0.01, 0.005):
-        paper, sim = plan_pair(r, steps, prob)
+        # The test size simulates N = 80..100 only: the best N of each p is there.
+        paper, sim = plan_pair(r, steps, prob, None if size == "doc" else "80:100")
         n96p = next(x for x in paper["rows"] if x["N"] == 96)["time_s"]
         n96s = next(x for x in sim["rows"] if x["N"] == 96)["time_s"]
         rows.append([100 * prob, paper["best"]["N"], paper["best"]["time_s"] / 3600,
@@ -297,13 +317,15 @@ SHARD_PAPER = {53: 17, 106: 27, 212: 37}
 
 def make_shards(r, size):
     """configs/paper/shards.toml as scripts/paper/shards.sh runs it (200
-    updates a run; 50 at the test size): the mean step per K, S and
-    placement."""
+    updates a run): the mean step per K, S and placement; at the test size
+    K = 53 and 212, S = 1, 4 and 37, 30 updates a run."""
     import tables
-    steps = 200 if size == "doc" else 50
+    steps = 200 if size == "doc" else 30
+    ks = (53, 106, 212) if size == "doc" else (53, 212)
+    shard_s = SHARD_S if size == "doc" else [1, 4, 37]
     runs = []
-    for k in (53, 106, 212):
-        for s in SHARD_S:
+    for k in ks:
+        for s in shard_s:
             common = [f"sim.workers={k}", f"train.backups={3 * k // 53}", f"cluster.ps={s}",
                       f"sim.apply_ms={45.0 / s:.4f}", f"train.steps={steps}"]
             base = f"shards-k{k}-s{s}"
@@ -317,41 +339,54 @@ def make_shards(r, size):
     summary = tables.shards_summary(syncopt_runs.load_runs(runs), SHARD_PAPER)
     order = ["layers", "split", "layers, pipelined", "layers, pipelined, shards alone"]
     rows = []
-    for s in SHARD_S:
+    for s in shard_s:
         row = [s]
-        for k in (53, 106, 212):
+        for k in ks:
             for v in order:
-                row.append(summary[k]["variants"][v]["rows"][s]["mean_s"])
+                # S = 1: one shard agrees with itself, so "alone" is the same run
+                # and shards_summary files it under "layers, pipelined".
+                got = summary[k]["variants"].get(v, {}).get("rows", {}).get(s)
+                row.append(got["mean_s"] if got else None)
         row.append(summary[53]["variants"]["layers"]["rows"][s]["max_slice"] / 1e6)
         rows.append(row)
     cols = [col("s", "S", "clock", "d")]
     short = {"layers": "layers", "split": "split", "layers, pipelined": "pipelined",
              "layers, pipelined, shards alone": "pipelined, alone"}
-    for k in (53, 106, 212):
+    for k in ks:
         cols += [col(f"k{k}-{short[v]}", f"K = {k}, {short[v]}", "clock", ".3f") for v in order]
     cols.append(col("slice", "largest slice (M floats)", "clock", ".2f"))
     knees = [[k, SHARD_PAPER[k]] + [x for v in order for x in
                                     (summary[k]["variants"][v]["knee_s"],
                                      summary[k]["variants"][v]["best_s"])]
-             for k in (53, 106, 212)]
+             for k in ks]
     return {"columns": cols, "rows": rows, "knees": knees, "order": order}
 
 
 AB_TARGET = 0.85
 
 
+def parse_seeds(text):
+    """SEEDS: "1-3", "1,3" or "1-2,5"."""
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
 def make_adaptive(r, size):
     """configs/sweeps/paper-adaptive-b.txt's runs: every fixed b = 0..5 and
     auto under bernoulli and pareto stragglers; doc: seeds 1-3 (SEEDS=1-6
-    for more) at 1.25 epochs, test: b = 0, 2 and auto, seed 1, 40 updates."""
+    for more) at 1.25 epochs, test: auto under bernoulli only, seed 1, 45
+    updates without evaluation (auto decides at updates 20 and 40): its mean
+    N and virtual seconds per update, which every ISA gives alike."""
     import tables
-    lo, _, hi = os.environ.get("SEEDS", "1-3").partition("-")
-    seeds = range(int(lo), int(hi) + 1) if size == "doc" else [1]
-    sets = ["train.epochs=1.25"] if size == "doc" else ["train.steps=40", "eval.every_steps=20"]
+    seeds = parse_seeds(os.environ.get("SEEDS", "1-3")) if size == "doc" else [1]
+    sets = ["train.epochs=1.25"] if size == "doc" else TEST_TRAIN_SETS + ["train.steps=45"]
     runs = []
-    bs = ["0", "1", "2", "3", "4", "5", "auto"] if size == "doc" else ["0", "2", "auto"]
+    bs = ["0", "1", "2", "3", "4", "5", "auto"] if size == "doc" else ["auto"]
     for seed in seeds:
-        for model in ("bernoulli", "pareto"):
+        for model in (("bernoulli", "pareto") if size == "doc" else ("bernoulli",)):
             for b in bs:
                 runs.append(r.train(7, f"ab-{model}-b{b}-s{seed}", "configs/paper/adaptive-b.toml",
                                     f"train.backups={b}", f"run.seed={seed}",
@@ -369,7 +404,13 @@ def make_adaptive(r, size):
                 rows.append([model, b, e["mean_n"], e["time_s"],
                              statistics.stdev(ts) if len(ts) > 1 else None, e["times_s"],
                              e["steps"], e["time_s"] / res["best_s"], e["s_per_epoch"]])
-        return {"columns": [col("model", "stragglers", "clock", "s"), col("b", "b", "clock", "s"),
+        targets = []
+        for t in (0.84, 0.845, 0.85, 0.855, 0.86):
+            at = tables.adaptive_summary(loaded, t, True)
+            targets += [[m, t, at[m].get("auto_over_best"), at[m].get("best_b")]
+                        for m in ("bernoulli", "pareto")]
+        return {"targets": targets,
+                "columns": [col("model", "stragglers", "clock", "s"), col("b", "b", "clock", "s"),
                             col("mean_n", "mean N", "clock", ".2f"),
                             col("time", "time to target (s), mean", "training", ".1f"),
                             col("sd", "sd over seeds", "training", ".1f"),
@@ -380,11 +421,48 @@ def make_adaptive(r, size):
                 "rows": rows}
     for run in loaded:
         rows.append([run.cfg("stragglers", "model"), str(run.cfg("train", "backups")),
-                     run.mean_n(), run.mean_step_s(), run.eval_series(True)[-1][2]])
+                     run.mean_n(), run.mean_step_s()])
     return {"columns": [col("model", "stragglers", "clock", "s"), col("b", "b", "clock", "s"),
                         col("mean_n", "mean N", "clock", ".2f"),
-                        col("step", "s per update", "clock", ".4f"),
-                        col("acc", "test accuracy (EMA) after 40 updates", "training", ".4f")],
+                        col("step", "s per update", "clock", ".4f")],
+            "rows": rows}
+
+
+STRAGGLER_SCENARIOS = {
+    "none": ["stragglers.model=none"],
+    "bernoulli": ["stragglers.model=bernoulli", "stragglers.prob=0.2", "stragglers.factor=4"],
+    "slow": ["stragglers.model=fixed", "stragglers.factor=3", "stragglers.workers=[99]"]}
+STRAGGLER_MODES = {
+    "allreduce": ["train.mode=allreduce"],
+    "allreduce + budget": ["train.mode=allreduce", "train.micro_batch=8",
+                           "train.compute_budget_ms=1071"],
+    "allreduce + auto": ["train.mode=allreduce", "train.micro_batch=8",
+                         "train.compute_budget_ms=auto"],
+    "sync, b = 4": ["train.mode=sync", "train.backups=4"],
+    "sync, b = 20": ["train.mode=sync", "train.backups=20"]}
+
+
+def make_stragglers_k100(r, size):
+    """scripts/paper/stragglers.sh's K = 100 simulations (configs/sim-k100.toml,
+    300 updates, 60 at the test size, stragglers.seed = 1): the step, its
+    ratio to the straggler-free allreduce step, and what was lost."""
+    import stragglers_table
+    rows, base = [], None
+    steps = 300 if size == "doc" else 60
+    for sc, sc_sets in STRAGGLER_SCENARIOS.items():
+        for mode, mode_sets in STRAGGLER_MODES.items():
+            run = r.simulate(f"k100-{sc}-{len(rows)}", "configs/sim-k100.toml", f"train.steps={steps}",
+                             "stragglers.seed=1", "sim.records=shard0", *sc_sets, *mode_sets)
+            with open(os.path.join(run, "summary.json")) as f:
+                g = stragglers_table.figures(json.load(f))
+            base = g["step_s"] if base is None else base
+            rows.append([sc, mode, g["step_s"], g["step_s"] / base, g["lost"],
+                         g["lost_what"] or None])
+    return {"columns": [col("sc", "stragglers", "clock", "s"), col("mode", "mode", "clock", "s"),
+                        col("step", "step (s)", "clock", ".3f"),
+                        col("ratio", "x straggler-free", "clock", ".3f"),
+                        col("lost", "lost", "clock", ".1%"),
+                        col("what", "of", "clock", "s")],
             "rows": rows}
 
 
@@ -399,12 +477,14 @@ TABLES = {
                   "what": "Figure 3, time to the k-th gradient, K = 100 simulated"},
     "nb-k6": {"make": make_nb_k6, "clock": "virtual", "test": "test",
               "what": "N and b at K = 6 on the virtual clock"},
-    "plan-k100": {"make": make_plan_k100, "clock": "simulated", "test": "doc",
+    "plan-k100": {"make": make_plan_k100, "clock": "simulated", "test": "test",
                   "what": "syncopt plan -K 100, both estimators, p = 5 %"},
     "plan-k100-p": {"make": make_plan_k100_p, "clock": "simulated", "test": "test",
                     "what": "the best N at K = 100 for four straggler probabilities"},
     "shards": {"make": make_shards, "clock": "simulated", "test": "test",
                "what": "parameter-server shards against K, simulated"},
+    "stragglers-k100": {"make": make_stragglers_k100, "clock": "simulated", "test": "test",
+                        "what": "backups, a compute budget or neither at K = 100, simulated"},
     "adaptive-b": {"make": make_adaptive, "clock": "virtual", "test": "test",
                    "what": "adaptive b against every fixed b, virtual clock"},
 }
@@ -487,10 +567,23 @@ def render_adaptive(d):
         rows = [r for r in d["rows"] if r[0] == model]
         sub = dict(d, columns=cols[1:])
         parts.append(f"**{model}**\n\n" + plain_table(sub, [r[1:] for r in rows]))
+    if d.get("targets"):
+        ts = sorted({t for _, t, _, _ in d["targets"]})
+        rows = [[f"{m}, auto / best fixed (b)"] +
+                [next(f"{r:.3f} ({b})" if r else "–" for mm, tt, r, b in d["targets"]
+                      if mm == m and tt == t) for t in ts] for m in ("bernoulli", "pareto")]
+        parts.append("At nearby targets, the same runs:\n\n" +
+                     md_table(["target"] + [f"{100 * t:g} %" for t in ts], rows))
     parts.append(md_table(["stragglers", "auto / best fixed b (means)",
                            "auto / that b, per seed", "within 5 %?", "auto / worst fixed b",
                            "s per epoch, auto / fastest fixed b"], adaptive_verdicts(d)))
     return "\n\n".join(parts)
+
+
+# What tables.shards_summary's variants are, in the doc's words.
+SHARD_NAMES = {"layers": "whole layers, unpipelined", "split": "equal slices, unpipelined",
+               "layers, pipelined": "whole layers, pipelined (the default)",
+               "layers, pipelined, shards alone": "pipelined, shards choosing alone"}
 
 
 def render_shards(d):
@@ -502,9 +595,10 @@ def render_shards(d):
             cells.append(" / ".join(fmt(x, ".3f") for x in row[1 + 4 * j:1 + 4 * j + 4]))
         cells.append(fmt(row[-1], ".2f"))
         rows.append(cells)
-    order = " / ".join(d["order"])
+    names = [SHARD_NAMES.get(v, v) for v in d["order"]]
+    order = " / ".join(names)
     top = md_table(["S", "K = 53", "K = 106", "K = 212", cols[-1]["header"]], rows)
-    knee_header = ["K", "paper's S"] + [f"{v}: knee (best)" for v in d["order"]]
+    knee_header = ["K", "paper's S"] + [f"{v}: knee (best)" for v in names]
     knees = [[k, p] + [f"{d_knee} ({d_best})" for d_knee, d_best in zip(r[0::2], r[1::2])]
              for k, p, *r in d["knees"]]
     return (f"Mean seconds per update, {order}:\n\n" + top +
@@ -529,7 +623,10 @@ def load_data(tid):
         return json.load(f)
 
 
-MARK = re.compile(r"<!-- paper-table: ([a-z0-9-]+) -->\n(.*?)\n<!-- /paper-table -->", re.S)
+# A block may be empty (a table not rendered yet), and never spans another
+# block's marker.
+MARK = re.compile(r"<!-- paper-table: ([a-z0-9-]+) -->\n((?:(?!<!-- /?paper-table).)*?)\n?"
+                  r"<!-- /paper-table -->", re.S)
 
 
 def doc_blocks(text):
@@ -544,7 +641,10 @@ def rewrite_doc(tids=None):
         tid = m.group(1)
         if tids is not None and tid not in tids:
             return m.group(0)
-        return f"<!-- paper-table: {tid} -->\n{render(tid, load_data(tid))}\n<!-- /paper-table -->"
+        data = load_data(tid)
+        if "doc" not in data:  # not made at the doc size yet: check-doc says so
+            return m.group(0)
+        return f"<!-- paper-table: {tid} -->\n{render(tid, data)}\n<!-- /paper-table -->"
     new = MARK.sub(sub, text)
     if new != text:
         with open(DOC, "w") as f:
@@ -601,19 +701,21 @@ def dump(data):
 def cmd_make(args):
     os.makedirs(DATA, exist_ok=True)
     path = json_path(args.id)
-    data = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            data = json.load(f)
     sizes = ["doc", "test"] if args.size == "both" else [args.size]
     if TABLES[args.id]["test"] == "doc":
         sizes = ["doc"]
     for size in sizes:
         work = os.path.join(args.work, size) if args.work else None
-        data[size] = canonical(generate(args.id, size, work))
-        print(f"{args.id} ({size}): {data[size]['seconds']} s")
-    with open(path, "w") as f:
-        f.write(dump(data))
+        made = canonical(generate(args.id, size, work))
+        data = {}
+        if os.path.exists(path):  # read now: the other size may have been made meanwhile
+            with open(path) as f:
+                data = json.load(f)
+        data[size] = made
+        data = {k: data[k] for k in ("doc", "test") if k in data}
+        with open(path, "w") as f:
+            f.write(dump(data))
+        print(f"{args.id} ({size}): {made['seconds']} s")
     if "doc" in data:
         rewrite_doc([args.id])
     return 0
@@ -667,9 +769,9 @@ def compare(kept, fresh, here_isa):
             if a[i] != b[i]:
                 diffs.append(f"row {j + 1} ({a[0]}, {a[1]}), {cols[i]['header']}: kept {a[i]!r}, "
                              f"now {b[i]!r}")
-    for key in ("notes", "knees"):
+    for key in ("notes", "knees", "targets"):
         if key in kept and canonical(kept[key]) != fresh.get(key):
-            srcs = "training" if key == "notes" else "clock"
+            srcs = "clock" if key == "knees" else "training"
             if srcs == "clock" or same_isa:
                 diffs.append(f"{key}: kept {kept[key]!r}, now {fresh.get(key)!r}")
     return n, diffs, skipped
