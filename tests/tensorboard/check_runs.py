@@ -154,9 +154,50 @@ def expected_rates(records):
 LAYER_TAGS = ["sync/staleness_by_layer/00-fc1", "sync/staleness_by_layer/01-fc2"]
 
 
+# The workers of each run that measure their phases (grads[].phases): the
+# ranks/* scores are theirs (lib/metrics/run_board.cpp).
+SCORED_WORKERS = {"sync": 3, "async-evaluator": 3, "allreduce": 2}
+# Phases in which a rank waits for the others (metrics::waits_for_others).
+WAIT_PHASES = {"reduce", "wait"}
+
+
+def rank_tags(name):
+    n = SCORED_WORKERS.get(name, 0)
+    if n == 0:
+        return []
+    return (["ranks/relative_score_max"] +
+            [f"ranks/relative_score/worker_{w}" for w in range(n)] +
+            [f"ranks/individual_score/worker_{w}" for w in range(n)])
+
+
 def scalar_tags(name):
     return (STEP_SCALARS + (EVAL_SCALARS if name != "sim" else []) +
-            (LAYER_TAGS if name == "async-evaluator" else []))
+            (LAYER_TAGS if name == "async-evaluator" else []) + rank_tags(name))
+
+
+def expected_scores(records):
+    """ranks/* as RunBoard::scores computes them from each record's phases:
+    a worker's own work (its phases but the waits, summed in the phases'
+    alphabetical order, as the C++ loop adds them), relative to the least of
+    the step, and individual against its least own work so far."""
+    want, least_own = {}, {}
+    for r in records:
+        scored = [(g["worker"], sum(v for k, v in sorted(g["phases"].items())
+                                    if k not in WAIT_PHASES))
+                  for g in r["grads"] if g.get("phases")]
+        if not scored:
+            continue
+        least = min(work for _w, work in scored)
+        relative = [(w, work / least if least > 0 else 1.0) for w, work in scored]
+        want.setdefault("ranks/relative_score_max", []).append(
+            (r["step"], max([1.0] + [x for _w, x in relative])))
+        for (w, work), (_w, x) in zip(scored, relative):
+            least_own[w] = min(least_own.get(w, work), work)
+            want.setdefault(f"ranks/relative_score/worker_{w}", []).append((r["step"], x))
+            if least_own[w] > 0:
+                want.setdefault(f"ranks/individual_score/worker_{w}", []).append(
+                    (r["step"], work / least_own[w]))
+    return want
 
 
 def check_run(f, run_dir, name):
@@ -209,6 +250,10 @@ def check_run(f, run_dir, name):
         for b, tag in enumerate(LAYER_TAGS):
             want[tag] = [(r["step"], sum(g["layer_staleness"][b] for g in accepted(r)) /
                           len(accepted(r))) for r in layered]
+    scores = expected_scores(records)
+    f.check(sorted(scores) == sorted(rank_tags(name)),
+            f"{name}: steps.jsonl's phases give score tags {sorted(scores)}")
+    want.update(scores)
     for tag, events in want.items():
         check_scalar(f, f"{name} {tag}", scalars.get(tag, []), events)
 
