@@ -190,6 +190,37 @@ void print_fields(const syncopt::checkpoint::State& s, const std::string& prefix
   }
 }
 
+namespace {
+
+// The other shapes a checkpoint of layout `l` resumes on (docs/design.md
+// §10, "Resuming on another shape"): the same mode, any number of shards
+// (PS modes) and of workers that leaves N >= 1 with the same b.
+void print_reshapes(const nlohmann::json& l) {
+  const int world = l.value("world", 0);
+  if (world <= 1) return;  // the local trainer: one rank
+  const int shards = l.value("shards", 0);
+  const bool evaluator = !l.value("evaluator_rank", nlohmann::json()).is_null();
+  const auto b = l.value("b", nlohmann::json());
+  const int backups = b.is_number_integer() ? b.get<int>() : 0;
+  if (shards == 0) {
+    std::printf(
+        "or on any other number of ranks >= 2 (allreduce: the replica as saved, every rank's "
+        "data continued): mpirun -np K' ... --set run.resume=true --set run.reshape=true\n");
+    return;
+  }
+  // Sync modes keep b, so K' leaves N' = K' - b >= 1; the others need a worker.
+  const std::string workers = b.is_number_integer() ? "K' >= " + std::to_string(backups + 1) +
+                                                          " workers (N' = K' - " + b.dump() + ")"
+                                                    : std::string("K' >= 1 workers");
+  std::printf(
+      "or on another shape: S' shards (--set cluster.ps=S'), %s%s: mpirun -np S'%s+K' ... "
+      "--set run.resume=true --set run.reshape=true; theta, the optimiser state and the EMA "
+      "are cut again for S', every worker's data continued\n",
+      evaluator ? "the evaluator, " : "", workers.c_str(), evaluator ? "+1" : "");
+}
+
+}  // namespace
+
 // `syncopt checkpoints RUN_DIR`: what is saved, and whether the latest loads.
 int run_checkpoints(const std::string& dir, bool fields) {
   using namespace syncopt;
@@ -216,6 +247,7 @@ int run_checkpoints(const std::string& dir, bool fields) {
         l.value("workers", 0), l.value("N", nlohmann::json()).dump().c_str(),
         l.value("b", nlohmann::json()).dump().c_str(), world,
         world > 1 ? (" (mpirun -np " + std::to_string(world) + " ...)").c_str() : "");
+    print_reshapes(l);
   }
   for (const auto& [part, state] : ck.parts) {
     std::printf("  %s\n", part.c_str());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "config/config.hpp"
@@ -43,6 +44,39 @@ std::vector<sim::LayerCost> layer_costs(const nn::Graph& graph) {
   return out;
 }
 
+// With --from, K is the run's (its summary.json's "workers") unless the
+// command line sets sim.workers itself (to scale the fitted run up): the
+// config.toml a run writes carries sim.workers's default, not its K, and a
+// simulation of the wrong K can still match the run's mean step (issue 29).
+// Returns the note printed about it, empty without --from.
+std::string take_run_workers(const std::string& from, std::vector<std::string>& overrides) {
+  if (from.empty()) return {};
+  const std::filesystem::path summary = std::filesystem::path(from) / "summary.json";
+  int run_k = 0;
+  if (std::filesystem::exists(summary)) {
+    try {
+      run_k = nlohmann::json::parse(read_file_bytes(summary)).value("workers", 0);
+    } catch (const std::exception& e) {
+      throw DataError(summary.string() + ": not a run summary (" + e.what() +
+                      "); give the workers with --set sim.workers=K");
+    }
+  }
+  const auto set = std::find_if(overrides.rbegin(), overrides.rend(), [](const std::string& o) {
+    return o.rfind("sim.workers=", 0) == 0;
+  });
+  if (set != overrides.rend()) {
+    return "sim.workers = " + set->substr(12) + " (--set" +
+           (run_k > 0 ? "; the run had K = " + std::to_string(run_k) : std::string()) + ")";
+  }
+  if (run_k <= 0) {
+    return "sim.workers from the config: " + summary.string() +
+           " gives no worker count (a run that did not finish?)";
+  }
+  overrides.push_back("sim.workers=" + std::to_string(run_k));
+  return "sim.workers = " + std::to_string(run_k) + ", the run's K (" + summary.string() +
+         "; --set sim.workers=K simulates another K)";
+}
+
 }  // namespace
 
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
@@ -53,7 +87,8 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
       "the late gradients beyond the first N = K - train.backups; async, softsync, ssp, timeout "
       "likewise), every decision taken by the same shard logic as a real run, with the same "
       "seeded [stragglers]. Compute time: sim.compute_ms with spread sim.compute_cv, or the "
-      "measured times of a real run (--from). Network: sim.latency_us per message and "
+      "measured times of a real run (--from, which also takes the run's K unless --set "
+      "sim.workers is given). Network: sim.latency_us per message and "
       "sim.bandwidth_gbps per link; a shard sends its replies one after another, so answering "
       "K workers costs K * message size / bandwidth. Writes runs/<run.name>/ (config.toml, "
       "steps.jsonl, summary.json, times in simulated seconds, marked \"clock\": "
@@ -79,8 +114,8 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
       "network of its own), then scale it up:\n"
       "  mpirun -np 6 build/syncopt train CONFIG --set run.name=real\n"
       "  build/syncopt simulate runs/real/config.toml --from runs/real "
-      "--set run.name=sim --set sim.workers=5 --set sim.latency_us=0 "
-      "--set sim.bandwidth_gbps=0\n"
+      "--set run.name=sim --set sim.latency_us=0 "
+      "--set sim.bandwidth_gbps=0   (K: the run's)\n"
       "  build/syncopt simulate runs/real/config.toml --from runs/real "
       "--set run.name=sim-1000 --set sim.workers=1000\n" +
       std::string(kExitCodes));
@@ -89,7 +124,9 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
 
 int run_simulate(const SimulateArgs& args) {
   using namespace syncopt;
-  const config::Config cfg = config::load(args.config_path, args.overrides);
+  std::vector<std::string> overrides = args.overrides;
+  const std::string workers_note = take_run_workers(args.from, overrides);
+  const config::Config cfg = config::load(args.config_path, overrides);
   sim::SimulateOptions opt;
   const nn::Graph graph = nn::model_graph(train::expected_model_spec(cfg));
   opt.param_count = graph.layout.count;
@@ -107,10 +144,11 @@ int run_simulate(const SimulateArgs& args) {
     facts.roles = layout::Roles{};  // a mode the layout does not place: no layout recorded
   }
   rundir::RunJournal journal(out.run_dir, cfg.run.name,
-                             make_invocation(args.argv, args.config_path, args.overrides), facts,
-                             false, start);
+                             make_invocation(args.argv, args.config_path, overrides), facts, false,
+                             start);
   journal.finish(rundir::Outcome{});
   if (!args.quiet) {
+    if (!workers_note.empty()) std::printf("%s\n", workers_note.c_str());
     std::printf("simulated %llu updates (%.3f s simulated) of %d workers in %.2f s: %llu events\n",
                 static_cast<unsigned long long>(out.result.steps), out.result.end_s,
                 static_cast<int>(cfg.sim.workers), out.cpu_s,

@@ -20,6 +20,7 @@ struct RunConfig {
   std::string dir = "runs";
   std::uint64_t seed = 1;
   bool resume = false;     // continue runs/<name>/ from its latest checkpoint
+  bool reshape = false;    // ... on other ranks than those that saved it
   bool overwrite = false;  // replace an existing runs/<name>/ (never by default)
   double checkpoint_every_s =
       600.0;  // 0 = off (a checkpoint is still saved at the end and on a stop signal)

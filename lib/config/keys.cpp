@@ -35,6 +35,12 @@ std::vector<KeySpec> make_key_specs() {
       SYNCOPT_KEY(run, resume, no_range(), "",
                   "Continue <run.dir>/<run.name>/ from its latest verified checkpoint (exit 66 if "
                   "there is none, 65 if it is corrupt; never a silent fresh start)."),
+      SYNCOPT_KEY(run, reshape, no_range(), "",
+                  "With run.resume: the checkpoint may resume on another number of ranks than "
+                  "saved it (other shards with cluster.ps, other workers: N = workers - b), the "
+                  "mode unchanged; theta, optimiser state and EMA are cut again for the shards "
+                  "and each epoch's data goes on where it was (docs/design.md section 10). "
+                  "Without it another -np is refused (78)."),
       SYNCOPT_KEY(run, overwrite, no_range(), "",
                   "Replace an existing run directory (never done by default)."),
       SYNCOPT_KEY(run, checkpoint_every_s, at_least(0), "",

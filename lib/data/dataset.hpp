@@ -166,7 +166,10 @@ class EpochSampler {
   // The epoch and the position in it; the permutation is recomputed from
   // the seed and the epoch on restore. restore() needs the same count, seed,
   // shard and shards (else ConfigError: the position would mean other
-  // examples), and a position inside the epoch (else DataError).
+  // examples), and a position inside the epoch (else DataError). A sampler
+  // continued on another number of readers (continue_on) also holds a carry:
+  // the examples of the epochs begun before, taken first (field "carry",
+  // present only when not empty).
   checkpoint::State state() const;
   void restore(const checkpoint::State& s);
 
@@ -178,7 +181,20 @@ class EpochSampler {
   std::int64_t m_epoch = 0;
   std::vector<std::int64_t> m_perm;  // this reader's part of the epoch's permutation
   std::size_t m_pos = 0;
+  std::vector<std::int64_t> m_carry;  // examples left of earlier epochs, taken first
+  std::size_t m_carry_pos = 0;
 };
+
+// A run's samplers continued on `shards` readers instead of the ones that
+// saved `old` (their states, one per old reader, in reader order: docs/
+// design.md §10, "Resuming on another shape"). Every example of an epoch
+// some old reader had begun and that no old reader had taken is taken once,
+// by exactly one new reader, before any new epoch: the rest of each such
+// epoch, in the permutation's order, dealt round-robin (reader r takes the
+// r-th, (r + shards)-th, ... of them) as each new reader's carry; after it
+// every new reader starts the epoch after the last one begun, sharded as a
+// fresh sampler of `shards` readers would. Returns the new readers' states.
+std::vector<checkpoint::State> continue_on(const std::vector<checkpoint::State>& old, int shards);
 
 // Portable random draws: same values on every machine and standard library
 // (the std:: distributions are implementation-defined).

@@ -939,19 +939,7 @@ void Shard::coordinate() {
       // Diverged: the last finite checkpoint stays the latest; the others
       // are told to end without saving.
       m_checkpoints.set_final_saved();
-      auto h = comm::make_header(Kind::kCheckpoint, 0, 0);
-      h.step_seq = kNoCheckpoint;
-      h.code = static_cast<std::uint32_t>(m_code);
-      h.flags = comm::kFlagFinal;
-      for (int s = 1; s < m_roles.shards; ++s) {
-        if (!m_watch->alive(s)) continue;
-        auto hs = h;
-        hs.shard = static_cast<std::uint32_t>(s);
-        m_ctrl_sends.send(comm::make_message(0, hs), s, comm::kTagCommand);
-      }
-      if (m_has_eval && m_watch->alive(m_roles.evaluator_rank) && !m_eval_done) {
-        m_ctrl_sends.send(comm::make_message(0, h), m_roles.evaluator_rank, comm::kTagCommand);
-      }
+      end_others_unsaved();
     } else {
       begin_checkpoint(true);
     }
@@ -961,12 +949,34 @@ void Shard::coordinate() {
   commit_if_complete();
 }
 
+// Shard 0: tells the other shards and the evaluator that the run ends with
+// no checkpoint to write (diverged, or the latest is this step already).
+void Shard::end_others_unsaved() {
+  auto h = comm::make_header(Kind::kCheckpoint, 0, 0);
+  h.step_seq = kNoCheckpoint;
+  h.code = static_cast<std::uint32_t>(m_code);
+  h.flags = comm::kFlagFinal;
+  for (int s = 1; s < m_roles.shards; ++s) {
+    if (!m_watch->alive(s)) continue;
+    auto hs = h;
+    hs.shard = static_cast<std::uint32_t>(s);
+    m_ctrl_sends.send(comm::make_message(0, hs), s, comm::kTagCommand);
+  }
+  if (m_has_eval && m_watch->alive(m_roles.evaluator_rank) && !m_eval_done) {
+    m_ctrl_sends.send(comm::make_message(0, h), m_roles.evaluator_rank, comm::kTagCommand);
+  }
+}
+
 // Shard 0: the parts every live rank writes for checkpoint `version`.
 void Shard::begin_checkpoint(bool final) {
   const std::uint64_t step = m_core.version();
   const double now = m_st.clock->now();
   if (checkpoint::latest_step(m_st.run_dir) == step) {  // already on disk (just resumed)
     m_checkpoints.already_saved(final, now);
+    // Resumed at the last step: the other shards and the evaluator still
+    // wait for the final command (before, shard 1 of 2 waited until shard 0
+    // was gone, and rank 0 reported its final slice and records missing).
+    if (final) end_others_unsaved();
     return;
   }
   checkpoint::write_part(m_st.run_dir, step, checkpoint::shard_part(0), part_state());

@@ -165,6 +165,7 @@ class Shard {
   void coordinate();
   void request_stop(int sig);
   void begin_checkpoint(bool final);
+  void end_others_unsaved();
   void on_checkpoint_command(const comm::MsgHeader& h);
   void answer_checkpoint(const comm::MsgHeader& h);
   bool take_deferred_command();

@@ -22,11 +22,13 @@ namespace {
 // directory is, and how long it trains (with the schedule keys that depend
 // on the total), not what each step computes.
 const std::set<std::string> kResumeMayChange = {
-    "run.resume", "run.overwrite", "run.dir", "run.name", "run.checkpoint_every_s",
+    "run.resume", "run.reshape", "run.overwrite", "run.dir", "run.name", "run.checkpoint_every_s",
     "run.checkpoint_every_steps", "run.keep_checkpoints", "run.progress",
     "run.progress_every_steps", "run.tensorboard", "train.steps", "train.epochs",
     "optim.anneal_epochs", "cluster.dead_after_s", "eval.every_steps", "eval.every_s", "eval.batch",
     "compute.threads", "compute.memory_limit_gb",
+    // The shape: a checkpoint resumes on other shards and workers (docs/design.md §10).
+    "cluster.ps",
     // Checkpoints are FP32 (docs/design.md §5):
     "compute.precision", "compute.tf32", "compute.deterministic", "exchange.wire"};
 
@@ -87,16 +89,6 @@ std::map<std::string, std::string> stamped_keys(const nlohmann::json& stamp) {
     if (value.is_string()) out[key] = value.get<std::string>();
   }
   return out;
-}
-
-std::string layout_words(const nlohmann::json& l) {
-  const int shards = l.value("shards", 0);
-  std::string out = std::to_string(l.value("world", 0)) + " ranks: ";
-  if (shards > 0) {
-    out += std::to_string(shards) + (shards == 1 ? " shard, " : " shards, ");
-    if (!l.value("evaluator_rank", nlohmann::json()).is_null()) out += "1 evaluator, ";
-  }
-  return out + std::to_string(l.value("workers", 0)) + " workers";
 }
 
 // A new run in an existing directory with run.overwrite: once its lock is
@@ -174,6 +166,16 @@ OpenedRun open_run_dir(const config::Config& cfg, const LockHolder& me) {
   return out;
 }
 
+std::string layout_words(const nlohmann::json& l) {
+  const int shards = l.value("shards", 0);
+  std::string out = std::to_string(l.value("world", 0)) + " ranks: ";
+  if (shards > 0) {
+    out += std::to_string(shards) + (shards == 1 ? " shard, " : " shards, ");
+    if (!l.value("evaluator_rank", nlohmann::json()).is_null()) out += "1 evaluator, ";
+  }
+  return out + std::to_string(l.value("workers", 0)) + " workers";
+}
+
 nlohmann::json checkpoint_stamp(const config::Config& cfg, const nlohmann::json& layout) {
   nlohmann::json experiment = nlohmann::json::object();
   for (const auto& [key, value] : key_values(config::to_toml(cfg))) {
@@ -234,19 +236,33 @@ std::vector<std::string> check_resume(const config::Config& cfg, const fs::path&
         "to extend it) or start a new run under another run.name");
   }
   const bool from_checkpoint = stamp.is_object() && stamp.contains("layout");
-  if (const auto layout = from_checkpoint ? stamp["layout"] : last_layout(dir, launch_id);
-      world > 0 && layout.is_object() && layout.value("world", 0) != world) {
+  // A checkpoint that says which layout saved it resumes on another shape
+  // with run.reshape (train/reshape.hpp), the local trainer (one rank) apart.
+  const auto may_reshape = [&](const nlohmann::json& l) {
+    return from_checkpoint && world > 1 && l.value("world", 0) > 1;
+  };
+  const auto layout = from_checkpoint ? stamp["layout"] : last_layout(dir, launch_id);
+  const bool other_world = world > 0 && layout.is_object() && layout.value("world", 0) != world;
+  const bool other_shards = layout.is_object() && layout.value("shards", 0) > 0 &&
+                            layout.value("shards", 0) != cfg.cluster.ps;
+  if ((other_world || other_shards) && !(cfg.run.reshape && may_reshape(layout))) {
     const std::string name = fs::path(dir).filename().string();
+    const std::string ranks = std::to_string(world > 0 ? world : layout.value("world", 0));
     throw ConfigError(
-        "cannot resume '" + dir.string() + "' with " + std::to_string(world) + " ranks: " +
+        "cannot resume '" + dir.string() + "' with " + ranks + " ranks" +
+        (other_shards ? " and cluster.ps = " + std::to_string(cfg.cluster.ps) : std::string()) +
+        ": " +
         (from_checkpoint ? "its latest checkpoint (step " + stamp["step"].dump() + ") was saved by "
                          : std::string("the run was launched with ")) +
         layout_words(layout) +
         ", and its workers' data shards and checkpoint parts are laid out for that. Resume it "
-        "with the same number of ranks (mpirun -np " +
-        std::to_string(layout.value("world", 0)) + " ... --set run.resume=true), or train " +
-        std::to_string(world) + " ranks as a new run from the same config: --set run.name=" + name +
-        "-np" + std::to_string(world) + " (without run.resume)");
+        "with the same layout (mpirun -np " +
+        std::to_string(layout.value("world", 0)) + " ... --set run.resume=true)" +
+        (may_reshape(layout) ? ", on this one with --set run.reshape=true (N = workers - b; "
+                               "docs/design.md section 10)"
+                             : std::string()) +
+        ", or train " + ranks + " ranks as a new run from the same config: --set run.name=" + name +
+        "-np" + ranks + " (without run.resume)");
   }
   return changed;
 }

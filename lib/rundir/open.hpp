@@ -59,6 +59,9 @@ std::vector<std::string> check_resume(const config::Config& cfg, const std::file
 // `layout`, the launch's (run.json's form, describe_layout).
 nlohmann::json checkpoint_stamp(const config::Config& cfg, const nlohmann::json& layout);
 
+// A layout (run.json's form) in words: "6 ranks: 1 shard, 5 workers".
+std::string layout_words(const nlohmann::json& layout);
+
 // config.toml of a resumed run: the resolved config of this launch (its
 // location and length included), written atomically.
 void rewrite_config(const config::Config& cfg, const std::filesystem::path& dir);

@@ -20,6 +20,7 @@
 #include "rundir/meta.hpp"
 #include "rundir/open.hpp"
 #include "train/inputs.hpp"
+#include "train/reshape.hpp"
 #include "worker/budget.hpp"
 #include "worker/compute_model.hpp"
 
@@ -100,6 +101,11 @@ class AllreduceTrainer {
   EvalTimer m_timer;
   std::uint64_t m_step = 0, m_examples = 0;
   double m_last_checkpoint_s = 0.0;
+  // Rank 0 of a resumed run: every rank's loader as resumed, at step
+  // m_resumed_at (save_alone moves them on from there: after a reshape a
+  // loader holds a carry that a fresh one would not).
+  std::vector<checkpoint::State> m_resumed_loaders;
+  std::uint64_t m_resumed_at = 0;
   std::unique_ptr<Exchange> m_x;
   std::vector<float> m_theta, m_ema;  // rank 0: host copies for evaluation
   std::string m_diverged;
@@ -522,8 +528,9 @@ void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
 
 // Rank 0 alone, when a rank is lost: checkpoint k with every rank's part.
 // Every rank has taken exactly k batches by step k, so each one's loader
-// position is a fresh loader moved on by k batches (BatchLoader::skip),
-// the same state the rank itself would have saved.
+// position is a fresh loader moved on by k batches (BatchLoader::skip), or
+// of a resumed run its loader as resumed moved on by k minus the step
+// resumed, the same state the rank itself would have saved.
 void AllreduceTrainer::save_alone(std::uint64_t k) {
   if (k == 0 || checkpoint::latest_step(m_st.run_dir) == k) return;
   checkpoint::CheckpointWriter w(m_st.run_dir, k);
@@ -534,7 +541,12 @@ void AllreduceTrainer::save_alone(std::uint64_t k) {
   for (int r = 0; r < m_workers; ++r) {
     data::BatchLoader loader(*m_st.train, m_batch, m_cfg.run.seed, r, m_workers, m_cfg.data.augment,
                              augment_options(m_cfg));
-    loader.skip(k);
+    if (m_resumed_loaders.empty()) {
+      loader.skip(k);
+    } else {
+      loader.restore(m_resumed_loaders[static_cast<std::size_t>(r)]);
+      loader.skip(k - m_resumed_at);
+    }
     checkpoint::State part;
     part.put_child("loader", loader.state());
     w.add(checkpoint::rank_part(r), part);
@@ -545,8 +557,21 @@ void AllreduceTrainer::save_alone(std::uint64_t k) {
 }
 
 void AllreduceTrainer::resume() {
-  const auto ck = checkpoint::load_latest(m_st.run_dir,
-                                          {checkpoint::kRunPart, checkpoint::rank_part(m_st.rank)});
+  // A checkpoint of another rank count: the loaders continued (reshape.hpp).
+  Shape shape;
+  shape.roles = m_st.roles;
+  shape.batch = m_batch;
+  shape.train_count = m_st.train->count;
+  shape.seed = m_cfg.run.seed;
+  std::vector<std::string> parts{checkpoint::kRunPart, checkpoint::rank_part(m_st.rank)};
+  for (int r = 1; m_st.rank == 0 && r < m_workers; ++r) parts.push_back(checkpoint::rank_part(r));
+  const auto ck = load_for_shape(m_st.run_dir, shape, parts);
+  if (m_st.rank == 0) {
+    m_resumed_at = ck.step;
+    for (int r = 0; r < m_workers; ++r) {
+      m_resumed_loaders.push_back(ck.part(checkpoint::rank_part(r)).child("loader"));
+    }
+  }
   const auto& s = ck.part(checkpoint::kRunPart);
   m_step = s.get<std::uint64_t>("step");
   m_examples = s.get<std::uint64_t>("examples");

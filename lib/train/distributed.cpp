@@ -48,6 +48,7 @@
 #include "train/evaluator.hpp"
 #include "train/inputs.hpp"
 #include "train/memory_check.hpp"
+#include "train/reshape.hpp"
 #include "worker/straggler.hpp"
 #include "worker/worker.hpp"
 
@@ -211,6 +212,17 @@ void build_compute(Job& job) {
   });
 }
 
+// This launch, for a checkpoint of another shape (train/reshape.hpp).
+Shape resume_shape(const Job& job) {
+  Shape shape;
+  shape.roles = &job.roles;
+  shape.groups = job.groups;
+  shape.batch = job.cfg.train.batch;
+  shape.train_count = job.data.train.count;
+  shape.seed = job.cfg.run.seed;
+  return shape;
+}
+
 // Where the records end in the checkpoint resumed: rank 0 holds steps.jsonl,
 // the eval writer eval.jsonl. Without an offset (a part the checkpoint
 // lacks), the file is kept whole.
@@ -218,6 +230,37 @@ std::optional<std::uint64_t> record_offset(const checkpoint::Checkpoint& ck,
                                            const std::string& part, const char* field) {
   if (!ck.has_part(part) || !ck.part(part).has(field)) return std::nullopt;
   return ck.part(part).get<std::uint64_t>(field);
+}
+
+// 4. Every rank of a resumed run reads its parts of the latest checkpoint,
+//    cut again for this launch when another shape saved it (reshape.hpp).
+void read_checkpoint(Job& job) {
+  std::vector<std::string> parts{job.records_part(), job.my_part()};
+  if (!job.ps_mode()) parts.push_back(checkpoint::rank_part(job.rank));
+  if (job.rank == job.eval_writer && job.roles.evaluator_rank >= 0) {
+    parts.push_back(checkpoint::kEvaluatorPart);
+  }
+  // A part a rank's role has no state for (a worker lost before the save)
+  // is not required; a checkpoint of another shape is re-cut for this one.
+  const RunClock loading;
+  job.resumed = load_for_shape(job.run_dir, resume_shape(job), parts);
+  if (const auto saved = saved_layout(job.resumed->manifest);
+      job.rank == 0 && other_shape(saved, job.roles)) {
+    const auto now = rundir::describe_layout(job.roles);
+    const double took = loading.now();
+    job.journal.note(
+        "reshape", {{"step", job.resumed->step}, {"from", saved}, {"to", now}, {"seconds", took}});
+    spdlog::info("resuming the checkpoint at step {} of {} on {} (read and cut in {:.3f}s)",
+                 job.resumed->step, rundir::layout_words(saved), rundir::layout_words(now), took);
+  }
+  if (job.resumed->step > job.plan.total_steps) {
+    throw ConfigError("the run reached step " + std::to_string(job.resumed->step) +
+                      " (its latest checkpoint), past this launch's " +
+                      std::to_string(job.plan.total_steps) +
+                      " steps: to extend it, raise train.steps (or train.epochs)");
+  }
+  // The run goes on: config.toml describes it as it is now (its place, its length).
+  if (job.rank == 0) rundir::rewrite_config(job.cfg, job.run_dir);
 }
 
 // 3. Rank 0 opens the run directory; the others wait for it, then every
@@ -243,28 +286,7 @@ void open_outputs(Job& job) {
     }
   });
   comm::agree(job.ctrl(), [&] {
-    if (!cfg.run.resume) return;
-    std::vector<std::string> parts{job.records_part(), job.my_part()};
-    if (!job.ps_mode()) parts.push_back(checkpoint::rank_part(job.rank));
-    if (job.rank == job.eval_writer && job.roles.evaluator_rank >= 0) {
-      parts.push_back(checkpoint::kEvaluatorPart);
-    }
-    // A part a rank's role has no state for (a worker lost before the save)
-    // is not required: load what exists, then check the ones that must.
-    const auto latest = checkpoint::load_latest(job.run_dir, {parts[0]});
-    std::vector<std::string> present;
-    for (const auto& e : latest.manifest.files) {
-      if (std::find(parts.begin(), parts.end(), e.part) != parts.end()) present.push_back(e.part);
-    }
-    job.resumed = checkpoint::load_latest(job.run_dir, present);
-    if (job.resumed->step > job.plan.total_steps) {
-      throw ConfigError("the run reached step " + std::to_string(job.resumed->step) +
-                        " (its latest checkpoint), past this launch's " +
-                        std::to_string(job.plan.total_steps) +
-                        " steps: to extend it, raise train.steps (or train.epochs)");
-    }
-    // The run goes on: config.toml describes it as it is now (its place, its length).
-    if (job.rank == 0) rundir::rewrite_config(cfg, job.run_dir);
+    if (cfg.run.resume) read_checkpoint(job);
   });
   comm::agree(job.ctrl(), [&] {
     // TensorBoard (tb/, see run_board.hpp): rank 0 writes the step records
@@ -282,6 +304,12 @@ void open_outputs(Job& job) {
                               job.run_dir / "steps.jsonl",
                               std::filesystem::file_size(job.run_dir / "steps.jsonl"))
                         : metrics::StepLog::to_file(job.run_dir / "steps.jsonl"));
+      // Old shards' records that no shard of this shape holds (a reshape to fewer).
+      if (job.resumed && job.resumed->has_part(job.records_part()) &&
+          job.resumed->part(job.records_part()).has("records_to_append")) {
+        job.steps->append_lines(
+            job.resumed->part(job.records_part()).get<std::string>("records_to_append"));
+      }
       board = metrics::open_run_board(cfg.run, job.run_dir, "steps", job.clock);
       if (board) board->describe_run(cfg, rundir::describe_invocation(job.inv));
       if (board && !job.buckets.empty()) {

@@ -131,3 +131,32 @@ TEST_CASE("plan without step times or an I(N) is a usage error", "[e2e][plan]") 
   CHECK(run("plan -K 8 --sim " + src("configs/smoke.toml") + " --iters 1,2 --n 0:9").code == 64);
   CHECK(run("plan --sim x.toml --iters 1,2").code == 64);  // -K is required
 }
+
+TEST_CASE("simulate --from takes the run's K and says so, unless --set sim.workers is given",
+          "[e2e][sim]") {
+  const auto dir = temp_dir("simulate-from-k");
+  // A K = 8 run to fit to (a simulated one: --from reads any run's records).
+  REQUIRE(run(sim_args(dir, "a")).code == 0);
+  const std::string base = "simulate " + src("configs/smoke.toml") +
+                           " --set run.dir=" + dir.string() +
+                           " --set train.mode=sync --set train.backups=2" +
+                           " --set train.steps=100 --from " + (dir / "a").string();
+  // configs/smoke.toml leaves sim.workers at its default (5): the run's 8 must win.
+  const Result own = run(base + " --set run.name=own");
+  INFO(own.output);
+  REQUIRE(own.code == 0);
+  CHECK(own.output.find("sim.workers = 8, the run's K") != std::string::npos);
+  const auto s = nlohmann::json::parse(read_text(dir / "own" / "summary.json"));
+  CHECK(s["sim"]["workers"] == 8);
+  const auto a = nlohmann::json::parse(read_text(dir / "a" / "summary.json"));
+  // The k-th-gradient profile is what tells a wrong K: one entry per worker.
+  CHECK(s["time_to_kth_mean_s"].size() == a["time_to_kth_mean_s"].size());
+  const Result other = run(base + " --set run.name=other --set sim.workers=5");
+  INFO(other.output);
+  REQUIRE(other.code == 0);
+  CHECK(other.output.find("sim.workers = 5 (--set; the run had K = 8)") != std::string::npos);
+  const auto o = nlohmann::json::parse(read_text(dir / "other" / "summary.json"));
+  CHECK(o["sim"]["workers"] == 5);
+  CHECK(o["time_to_kth_mean_s"].size() != a["time_to_kth_mean_s"].size());
+  fs::remove_all(dir);
+}

@@ -435,6 +435,44 @@ def test_sweeps(syncopt):
             check(p.returncode == 0, f"{f}: syncopt train ... --dry-run: {line}\n{p.stderr[-500:]}")
 
 
+def test_doc_tables():
+    """scripts/paper/doc_tables.py's comparison: clock columns always and
+    exactly, training columns only on the recorded ISA, nothing compared is
+    not a pass; and the rendering of docs/paper.md's blocks."""
+    import doc_tables
+    cols = [{"key": "n", "header": "N", "src": "clock", "fmt": "d"},
+            {"key": "t", "header": "T", "src": "clock", "fmt": ".3f"},
+            {"key": "acc", "header": "acc", "src": "training", "fmt": ".4f"}]
+    kept = {"columns": cols, "rows": [[2, 0.1, 0.8], [3, 0.2, 0.85]], "isa": "avx2"}
+    same = json.loads(json.dumps(kept))
+    n, diffs, skipped = doc_tables.compare(kept, same, "avx2")
+    check(n == 6 and not diffs and not skipped, f"identical tables: {n} {diffs} {skipped}")
+    moved = json.loads(json.dumps(kept))
+    moved["rows"][1][1] = 0.2 + 1e-15  # one ulp-scale move of a virtual time
+    n, diffs, _ = doc_tables.compare(kept, moved, "avx512_core")
+    check(n == 4 and len(diffs) == 1 and "T" in diffs[0], f"a moved time fails anywhere: {diffs}")
+    acc = json.loads(json.dumps(kept))
+    acc["rows"][0][2] = 0.8001
+    _, diffs, _ = doc_tables.compare(kept, acc, "avx2")
+    check(len(diffs) == 1, f"a moved accuracy fails on the same ISA: {diffs}")
+    n, diffs, skipped = doc_tables.compare(kept, acc, "avx512_core")
+    check(n == 4 and not diffs and skipped == ["acc"],
+          f"another ISA: accuracy not comparable, times compared: {n} {diffs} {skipped}")
+    only_training = {"columns": [cols[2]], "rows": [[0.8]], "isa": "avx2"}
+    n, _, _ = doc_tables.compare(only_training, only_training, "amx")
+    check(n == 0, "a training-only table on another ISA compares nothing (the check skips)")
+    fewer = json.loads(json.dumps(kept))
+    fewer["rows"].pop()
+    _, diffs, _ = doc_tables.compare(kept, fewer, "avx2")
+    check(any("rows" in d for d in diffs), f"a lost row fails: {diffs}")
+    d = {"columns": cols, "rows": [[2, 0.1, 0.8], [3, 0.05, None]], "best": {"column": "t"},
+         "clock": "virtual", "made": "2026-12-07T12:00:00Z", "commit": "abc"}
+    md = doc_tables.plain_table(d)
+    check("| 3 | **0.050** | – |" in md, f"the least in bold, a missing value a dash: {md}")
+    text = "a\n<!-- paper-table: x -->\n| t |\n<!-- /paper-table -->\nb"
+    check(doc_tables.doc_blocks(text) == {"x": "| t |"}, "the doc's marked blocks")
+
+
 def main():
     what = sys.argv[1] if len(sys.argv) > 1 else "numbers"
     root = tempfile.mkdtemp(prefix="syncopt-paper-test-")
@@ -444,6 +482,7 @@ def main():
             test_numbers(root)
             test_partial(root)
             test_shards(root)
+            test_doc_tables()
         elif what == "plots":
             rc = test_plots(root)
         elif what == "sweeps":
