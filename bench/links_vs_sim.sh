@@ -15,19 +15,28 @@
 #     --workers 2            K workers, each on a host of its own (b = 0)
 #     --model resnet18       model.name (resnet18: 11.2 M parameters, 45 MB a gradient)
 #     --batch 4  --steps 8   per worker; updates per run
+#     --sharing fair         sim.link_sharing, one simulation of each real run
+#                            per value listed (serial,fair: both models):
+#                            fair (the connections in flight share a link, as
+#                            TCP does), serial (one message at a time)
 #     --json FILE            every case's figures as JSON lines
-#     --max-ratio-error E    exit 1 when a case's |sim / real - 1| > E (tests)
+#     --max-ratio-error E    exit 1 when a case's |sim / real - 1| > E for any
+#                            model listed (tests)
 #     --budget S             end (removing the cluster) after S seconds (tests)
 #
 # Each run's real step time includes everything a run pays (the transfers,
-# the compute, the shard's update, TCP/IP framing of about 3.5 % on these
-# 1500-byte frames); the simulation is given the link's nominal rate and
-# latency 100 us, and the worker's compute and the shard's apply time from
-# the run's summary.json (compute_time_p50_s, apply_time_p50_s), no
+# the compute, the shard's update); the simulation is given the link's rate
+# of payload (sim.bandwidth_gbps is the payload's, docs/design.md §10): tbf
+# counts whole Ethernet frames, and a 1514-byte frame carries 1448 bytes of
+# TCP payload (IP, TCP with timestamps, Ethernet headers), so 95.6 % of the
+# tbf rate; latency 100 us; the worker's compute and the shard's apply time
+# from the run's summary.json (compute_time_p50_s, apply_time_p50_s), no
 # overhead: what is left to the network model is the network.
 set -uo pipefail
 RATES=100,400 SHARDS=1,2,4 PIPELINE=on,off PLACEMENT=own WORKERS=2 MODEL=resnet18
-BATCH=4 STEPS=8 JSON="" MAXERR="" BUDGET=0
+# TCP payload per byte tbf counts: 1448 of a 1514-byte frame (MTU 1500).
+PAYLOAD=$(python3 -c "print(1448 / 1514)")
+BATCH=4 STEPS=8 SHARING=fair JSON="" MAXERR="" BUDGET=0
 while [ $# -gt 1 ]; do
   case $1 in
     --rates) RATES=$2 ;;
@@ -38,6 +47,7 @@ while [ $# -gt 1 ]; do
     --model) MODEL=$2 ;;
     --batch) BATCH=$2 ;;
     --steps) STEPS=$2 ;;
+    --sharing) SHARING=$2 ;;
     --json) JSON=$2 ;;
     --max-ratio-error) MAXERR=$2 ;;
     --budget) BUDGET=$2 ;;
@@ -68,7 +78,10 @@ if ((BUDGET > 0)); then
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 [ -n "$JSON" ] && : >"$JSON"
-printf '%-6s %-7s %-2s %-8s %10s %10s %8s %8s %7s\n' Mbit/s place S pipeline "real s" "sim s" compute apply sim/real
+IFS=, read -r -a sharings <<<"$SHARING"
+head=$(printf '%-6s %-7s %-2s %-8s %10s %8s %8s' Mbit/s place S pipeline "real s" compute apply)
+for m in "${sharings[@]}"; do head+=$(printf ' %10s %7s' "sim $m" ratio); done
+echo "$head"
 bad=0
 IFS=, read -r -a rates <<<"$RATES"
 IFS=, read -r -a shard_counts <<<"$SHARDS"
@@ -109,21 +122,26 @@ PY
 )
       sph=1
       [ "$PLACEMENT" = shared ] && sph=$s
-      "$BIN" simulate "$SRC/configs/smoke.toml" "${common[@]}" --set run.dir="$WORK" --set run.name="$name-sim" \
-        --set train.steps=$((STEPS * 4)) --set sim.workers="$WORKERS" \
-        --set sim.compute_ms="$(python3 -c "print($compute * 1000)")" --set sim.compute_cv=0 \
-        --set sim.overhead_ms=0 --set sim.apply_ms="$(python3 -c "print($apply * 1000)")" \
-        --set sim.poll_max_us=0 --set sim.latency_us=100 --set sim.bandwidth_gbps="$(python3 -c "print($rate / 1000)")" \
-        --set sim.shards_per_host="$sph" --set sim.workers_per_host=1 >"$WORK/$name-sim.log" 2>&1 ||
-        { echo "links_vs_sim: the simulation $name failed:" >&2; tail -20 "$WORK/$name-sim.log" >&2; exit 1; }
-      sim=$(python3 -c "import json; print(json.load(open('$WORK/$name-sim/summary.json'))['step_time_p50_s'])")
-      ratio=$(python3 -c "print(f'{$sim / $real:.3f}')")
-      printf '%-6s %-7s %-2s %-8s %10.3f %10.3f %8.3f %8.4f %7s\n' "$rate" "$PLACEMENT" "$s" "$pipe" "$real" "$sim" "$compute" "$apply" "$ratio"
-      [ -n "$JSON" ] && echo "{\"mbit\": $rate, \"placement\": \"$PLACEMENT\", \"shards\": $s, \"pipeline\": \"$pipe\", \"workers\": $WORKERS, \"model\": \"$MODEL\", \"batch\": $BATCH, \"real_step_s\": $real, \"sim_step_s\": $sim, \"compute_s\": $compute, \"apply_s\": $apply, \"ratio\": $ratio}" >>"$JSON"
-      if [ -n "$MAXERR" ] && ! python3 -c "import sys; sys.exit(0 if abs($ratio - 1) <= $MAXERR else 1)"; then
-        echo "links_vs_sim: $name: simulated / real = $ratio, beyond 1 +- $MAXERR" >&2
-        bad=1
-      fi
+      line=$(printf '%-6s %-7s %-2s %-8s %10.3f %8.3f %8.4f' "$rate" "$PLACEMENT" "$s" "$pipe" "$real" "$compute" "$apply")
+      for m in "${sharings[@]}"; do
+        "$BIN" simulate "$SRC/configs/smoke.toml" "${common[@]}" --set run.dir="$WORK" --set run.name="$name-sim-$m" \
+          --set train.steps=$((STEPS * 4)) --set sim.workers="$WORKERS" \
+          --set sim.compute_ms="$(python3 -c "print($compute * 1000)")" --set sim.compute_cv=0 \
+          --set sim.overhead_ms=0 --set sim.apply_ms="$(python3 -c "print($apply * 1000)")" \
+          --set sim.poll_max_us=0 --set sim.latency_us=100 --set sim.bandwidth_gbps="$(python3 -c "print($rate / 1000 * $PAYLOAD)")" \
+          --set sim.shards_per_host="$sph" --set sim.workers_per_host=1 \
+          --set sim.link_sharing="$m" >"$WORK/$name-sim-$m.log" 2>&1 ||
+          { echo "links_vs_sim: the simulation $name ($m) failed:" >&2; tail -20 "$WORK/$name-sim-$m.log" >&2; exit 1; }
+        sim=$(python3 -c "import json; print(json.load(open('$WORK/$name-sim-$m/summary.json'))['step_time_p50_s'])")
+        ratio=$(python3 -c "print(f'{$sim / $real:.3f}')")
+        line+=$(printf ' %10.3f %7s' "$sim" "$ratio")
+        [ -n "$JSON" ] && echo "{\"mbit\": $rate, \"placement\": \"$PLACEMENT\", \"shards\": $s, \"pipeline\": \"$pipe\", \"workers\": $WORKERS, \"model\": \"$MODEL\", \"batch\": $BATCH, \"real_step_s\": $real, \"sim_step_s\": $sim, \"compute_s\": $compute, \"apply_s\": $apply, \"sharing\": \"$m\", \"ratio\": $ratio}" >>"$JSON"
+        if [ -n "$MAXERR" ] && ! python3 -c "import sys; sys.exit(0 if abs($ratio - 1) <= $MAXERR else 1)"; then
+          echo "links_vs_sim: $name: simulated ($m) / real = $ratio, beyond 1 +- $MAXERR" >&2
+          bad=1
+        fi
+      done
+      echo "$line"
     done
   done
   cluster_down || exit 1

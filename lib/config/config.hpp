@@ -179,16 +179,17 @@ struct SimConfig {
   double compute_ms = 10.0;  // mean compute time of one gradient
   double compute_cv = 0.1;   // its coefficient of variation (0 = fixed)
   ComputeDist compute_dist = ComputeDist::kLognormal;
-  double overhead_ms = 0.0;                  // worker time per gradient outside compute
-  double apply_ms = 0.0;                     // shard time per update (aggregate + optimiser)
-  double poll_max_us = 500.0;                // idle shard loop's longest back-off sleep; 0 = none
-  double latency_us = 50.0;                  // one-way, per message
-  double bandwidth_gbps = 10.0;              // per link and direction; 0 = unlimited
-  std::int64_t shards_per_host = 1;          // shards sharing one host's link
-  std::int64_t workers_per_host = 1;         // workers sharing one host's link
-  std::int64_t param_count = 0;              // floats of the model; 0 = model.name's
-  std::uint64_t seed = 1;                    // compute-time draws
-  SimRecords records = SimRecords::kShard0;  // the step records steps.jsonl gets
+  double overhead_ms = 0.0;           // worker time per gradient outside compute
+  double apply_ms = 0.0;              // shard time per update (aggregate + optimiser)
+  double poll_max_us = 500.0;         // idle shard loop's longest back-off sleep; 0 = none
+  double latency_us = 50.0;           // one-way, per message
+  double bandwidth_gbps = 10.0;       // per link and direction; 0 = unlimited
+  std::int64_t shards_per_host = 1;   // shards sharing one host's link
+  std::int64_t workers_per_host = 1;  // workers sharing one host's link
+  LinkSharing link_sharing = LinkSharing::kSerial;  // a link's messages: in turn, or shared
+  std::int64_t param_count = 0;                     // floats of the model; 0 = model.name's
+  std::uint64_t seed = 1;                           // compute-time draws
+  SimRecords records = SimRecords::kShard0;         // the step records steps.jsonl gets
 
   bool operator==(const SimConfig&) const = default;
 };

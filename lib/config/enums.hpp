@@ -90,6 +90,8 @@ using Precision = nn::Precision;
 enum class ComputeDist { kLognormal, kGamma };
 // sim.records
 enum class SimRecords { kShard0, kAll, kNone };
+// sim.link_sharing
+enum class LinkSharing { kSerial, kFair };
 
 // clang-format off
 template <> struct EnumTable<ProgressOutput> {
@@ -158,6 +160,10 @@ template <> struct EnumTable<ComputeDist> {
 template <> struct EnumTable<SimRecords> {
   static constexpr std::array<EnumName<SimRecords>, 3> kNames{{
       {SimRecords::kShard0, "shard0"}, {SimRecords::kAll, "all"}, {SimRecords::kNone, "none"}}};
+};
+template <> struct EnumTable<LinkSharing> {
+  static constexpr std::array<EnumName<LinkSharing>, 2> kNames{{
+      {LinkSharing::kSerial, "serial"}, {LinkSharing::kFair, "fair"}}};
 };
 // clang-format on
 

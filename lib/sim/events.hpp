@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ enum class EventKind : std::uint8_t {
   kReplyArrives,  // parameters or STOP reach a worker
   kWorkerSends,   // a worker finished computing (and its straggler delay): it sends
   kDecision,      // agreeing shards: shard 0's choice of workers for a version reaches a follower
+  kParamsArrive,  // fair links, pipelined: a bucket of parameters (not the last) reaches a worker
 };
 
 struct Event {
@@ -35,7 +37,7 @@ struct Event {
   std::uint64_t seq = 0;      // grad: the worker's gradient counter
   double compute_s = 0.0;     // grad: the worker's compute time
   std::int32_t group = 1;     // reply: workers answered in the same pass
-  std::int32_t bucket = -1;   // worker sends: the bucket of a pipelined gradient (-1: all)
+  std::int32_t bucket = -1;   // worker sends, params: the bucket of a pipelined exchange (-1: all)
   std::uint64_t oldest =
       ~std::uint64_t{0};  // grad: the oldest version the worker held of any shard
 };
@@ -89,6 +91,12 @@ class EventQueue {
     return e;
   }
   bool empty() const { return m_heap.empty(); }
+  // The time of the next event (empty: infinity).
+  double next_t() const {
+    if (m_heap.empty()) return std::numeric_limits<double>::infinity();
+    const Run& run = m_runs[static_cast<std::uint32_t>(m_heap.front().order_id & kIdMask)];
+    return run.events[run.next].t;
+  }
   std::uint64_t pushed() const { return m_next; }
 
  private:

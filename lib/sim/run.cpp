@@ -106,7 +106,7 @@ SimSetup make_setup(const config::Config& cfg, std::size_t param_count, const Ti
   st.ssp_bound = cfg.train.ssp_bound;
   st.agree = cfg.train.agree_shards && t.versioned && st.slice_counts.size() > 1;
   st.lr = static_cast<float>(cfg.optim.lr * roles.rule.lr_multiplier(roles.rule.n));
-  st.network = network_params(cfg.sim.latency_us, cfg.sim.bandwidth_gbps);
+  st.network = network_params(cfg.sim.latency_us, cfg.sim.bandwidth_gbps, cfg.sim.link_sharing);
   st.host_of = host_layout(static_cast<int>(st.slice_counts.size()), st.workers,
                            static_cast<int>(cfg.sim.shards_per_host),
                            static_cast<int>(cfg.sim.workers_per_host));
@@ -152,6 +152,7 @@ nlohmann::json sim_block(const config::Config& cfg, const SimSetup& st, const Si
           {"bandwidth_gbps", cfg.sim.bandwidth_gbps},
           {"shards_per_host", cfg.sim.shards_per_host},
           {"workers_per_host", cfg.sim.workers_per_host},
+          {"link_sharing", config::to_string(cfg.sim.link_sharing)},
           {"stragglers", cfg.stragglers.model},
           {"timing", timing},
           {"seed", cfg.sim.seed},

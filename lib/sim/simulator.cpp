@@ -102,12 +102,16 @@ class Engine {
   void end_pass(int s, double now);
   void on_deadline(const Event& e, double now);
   void answer_pulls(int s, double now);
-  Event reply(int s, int w, int group, double now);
+  void reply(int s, int w, int group, double now);
   void on_reply(const Event& e, double now);
+  void record_params(int w, int s, int bucket, double at);
+  bool post(int from, int to, double ready, double bytes, Event& e, bool deliver = true);
+  void push_out();
   void on_worker_sends(const Event& e, double now);
   void send_bucket(const Event& e, double now);
   void start_pipelined(int w, double now, double overhead, double compute, double delay);
   void answer_pipelined(int s, double now);
+  void answer_pipelined_fair(int s, double now, bool applying);
   void place_layers();
   void send_decision(const metrics::StepRecord& rec, double now);
   std::uint64_t oldest_version(int w) const;
@@ -130,6 +134,7 @@ class Engine {
   std::uint64_t m_gradients = 0;
   std::vector<Event> m_batch;                  // run_pass's messages
   std::vector<int> m_answer, m_still_waiting;  // answer_pulls' lists
+  std::vector<Event> m_out;                    // messages whose arrival is known: one run
   // Pipelined exchange: per layer, its shard and bucket; per worker and
   // layer, when its parameters arrived.
   bool m_pipelined = false;
@@ -242,7 +247,17 @@ void Engine::place_layers() {
 SimResult Engine::run() {
   start();
   std::uint64_t events = 0;
+  const auto arrived = [this](const Event& a) { m_queue.push(a); };
   while (m_finished_shards < shards()) {
+    // Fair links: the network's next change, if it comes first (its
+    // deliveries are events of their own, later than now).
+    if (m_net.fair()) {
+      const double t = m_net.next_time();
+      if (t <= m_queue.next_t() && t < std::numeric_limits<double>::infinity()) {
+        m_net.advance(t, arrived);
+        continue;
+      }
+    }
     if (m_queue.empty()) {
       throw InternalError("simulation ran out of events before the last update (" +
                           std::to_string(m_finished_shards) + " of " + std::to_string(shards()) +
@@ -272,17 +287,37 @@ void Engine::start() {
   }
   for (int w = 0; w < m_st.workers; ++w) {
     m_workers[static_cast<std::size_t>(w)].outstanding = shards();
-    Event* run = m_queue.begin_run(static_cast<std::size_t>(shards()));
+    m_out.clear();
     for (int s = 0; s < shards(); ++s) {
-      Event& e = run[s];
+      Event e;
       e.kind = EventKind::kPullArrives;
       e.shard = s;
       e.worker = w;
       e.version = kAnyVersion;
-      e.t = m_net.transfer(node_of_worker(w), s, 0.0, kHeaderBytes);
+      if (post(node_of_worker(w), s, 0.0, kHeaderBytes, e)) m_out.push_back(e);
     }
-    m_queue.end_run();
+    push_out();
   }
+}
+
+// A message from node `from` to node `to`, ready at `ready`, delivering `e`
+// (deliver = false: it only occupies the links). Serial links book it now:
+// true, with e.t its arrival, for the caller to push. Fair links take it
+// and deliver it when it arrives (false), unless it crosses no link.
+bool Engine::post(int from, int to, double ready, double bytes, Event& e, bool deliver) {
+  if (!m_net.fair()) {
+    e.t = m_net.transfer(from, to, ready, bytes);
+    return deliver;
+  }
+  return m_net.send(from, to, ready, bytes, e, deliver) && deliver;
+}
+
+// The messages of m_out, in time order, as one run.
+void Engine::push_out() {
+  if (m_out.empty()) return;
+  Event* run = m_queue.begin_run(m_out.size());
+  std::copy(m_out.begin(), m_out.end(), run);
+  m_queue.end_run();
 }
 
 void Engine::dispatch(const Event& e, double now) {
@@ -303,6 +338,9 @@ void Engine::dispatch(const Event& e, double now) {
       break;
     case EventKind::kReplyArrives:
       on_reply(e, now);
+      break;
+    case EventKind::kParamsArrive:
+      record_params(e.worker, e.shard, e.bucket, now);
       break;
     case EventKind::kWorkerSends:
       on_worker_sends(e, now);
@@ -511,16 +549,15 @@ void Engine::answer_pulls(int s, double now) {
     answer_pipelined(s, now);
     return;
   }
-  // The replies leave one after another over the shard's link: one run.
-  Event* run = m_queue.begin_run(m_answer.size());
-  for (std::size_t i = 0; i < m_answer.size(); ++i) {
-    run[i] = reply(s, m_answer[i], static_cast<int>(m_answer.size()), now);
-  }
-  m_queue.end_run();
+  // The replies leave together, in worker order (serial links: one after
+  // another over the shard's link): one run.
+  m_out.clear();
+  for (const int w : m_answer) reply(s, w, static_cast<int>(m_answer.size()), now);
+  push_out();
 }
 
 // Sends worker `w` the shard's parameters (or STOP after the last update).
-Event Engine::reply(int s, int w, int group, double now) {
+void Engine::reply(int s, int w, int group, double now) {
   ShardState& sh = m_shards[static_cast<std::size_t>(s)];
   Event e;
   e.group = group;
@@ -530,14 +567,14 @@ Event Engine::reply(int s, int w, int group, double now) {
   e.stop = sh.finished;
   e.version = sh.core.version();
   const double bytes = sh.finished ? kHeaderBytes : message_bytes(sh.count);
-  e.t = m_net.transfer(s, node_of_worker(w), now, bytes);
-  return e;
+  if (post(s, node_of_worker(w), now, bytes, e)) m_out.push_back(e);
 }
 
 void Engine::on_reply(const Event& e, double now) {
   const auto w = static_cast<std::size_t>(e.worker);
   const std::size_t slot = w * m_shards.size() + static_cast<std::size_t>(e.shard);
   WorkerState& ws = m_workers[w];
+  if (e.bucket >= 0) record_params(e.worker, e.shard, e.bucket, now);  // fair links
   if (e.stop) {
     if (!m_stopped[slot]) ++ws.stopped;
     m_stopped[slot] = 1;
@@ -582,9 +619,9 @@ void Engine::on_worker_sends(const Event& e, double now) {
   const auto w = static_cast<std::size_t>(e.worker);
   WorkerState& ws = m_workers[w];
   ws.outstanding = shards();
-  Event* run = m_queue.begin_run(static_cast<std::size_t>(shards()));
+  m_out.clear();
   for (int s = 0; s < shards(); ++s) {
-    Event& g = run[s];
+    Event g;
     g.kind = EventKind::kGradArrives;
     g.shard = s;
     g.worker = e.worker;
@@ -592,10 +629,12 @@ void Engine::on_worker_sends(const Event& e, double now) {
     g.seq = ws.seq;
     g.compute_s = ws.compute_s;
     g.oldest = ws.oldest;
-    g.t = m_net.transfer(node_of_worker(e.worker), s, now,
-                         message_bytes(m_shards[static_cast<std::size_t>(s)].count));
+    if (post(node_of_worker(e.worker), s, now,
+             message_bytes(m_shards[static_cast<std::size_t>(s)].count), g)) {
+      m_out.push_back(g);
+    }
   }
-  m_queue.end_run();
+  push_out();
   ++ws.seq;
   ++m_gradients;
 }
@@ -610,6 +649,10 @@ void Engine::answer_pipelined(int s, double now) {
   const std::size_t layers = m_st.layers.size();
   const int group = static_cast<int>(m_answer.size());
   const bool applying = sh.applied_in_pass && sh.apply_end == now;
+  if (m_net.fair()) {
+    answer_pipelined_fair(s, now, applying);
+    return;
+  }
   Event* run = m_queue.begin_run(m_answer.size());
   for (std::size_t i = 0; i < m_answer.size(); ++i) {
     const int w = m_answer[i];
@@ -634,6 +677,43 @@ void Engine::answer_pipelined(int s, double now) {
     e.t = at;
   }
   m_queue.end_run();
+}
+
+// The same over fair links: every worker's buckets are handed to the
+// network at once (each connection sends its buckets in turn, the
+// connections share the shard's link); each bucket but the last says when
+// its layers' parameters are in (kParamsArrive), the last is the reply.
+void Engine::answer_pipelined_fair(int s, double now, bool applying) {
+  ShardState& sh = m_shards[static_cast<std::size_t>(s)];
+  m_out.clear();
+  for (const int w : m_answer) {
+    for (std::size_t n = 0; n < sh.reply_order.size(); ++n) {
+      const int j = sh.reply_order[n];
+      const Bucket& b = sh.buckets[static_cast<std::size_t>(j)];
+      const double ready =
+          applying ? sh.apply_start + (sh.apply_end - sh.apply_start) * b.applied : now;
+      Event e;
+      e.group = static_cast<int>(m_answer.size());
+      e.kind = n + 1 == sh.reply_order.size() ? EventKind::kReplyArrives : EventKind::kParamsArrive;
+      e.shard = s;
+      e.worker = w;
+      e.bucket = j;
+      e.version = sh.core.version();
+      if (post(s, node_of_worker(w), ready, message_bytes(b.count), e)) m_out.push_back(e);
+    }
+  }
+  push_out();
+}
+
+// Fair links: bucket `bucket` of shard `s`'s parameters reached worker `w`.
+void Engine::record_params(int w, int s, int bucket, double at) {
+  const std::size_t layers = m_st.layers.size();
+  const Bucket& b = m_shards[static_cast<std::size_t>(s)].buckets[static_cast<std::size_t>(bucket)];
+  WorkerState& ws = m_workers[static_cast<std::size_t>(w)];
+  ws.first_reply = std::min(ws.first_reply, at);
+  for (int k = b.first; k < b.last; ++k) {
+    m_param_at[static_cast<std::size_t>(w) * layers + static_cast<std::size_t>(k)] = at;
+  }
 }
 
 // A pipelined gradient's timeline, from `start`: the batch (overhead), each
@@ -700,8 +780,7 @@ void Engine::send_bucket(const Event& e, double now) {
   if (s == shards() - 1 && order.taken() == 1) {
     ws.outstanding = shards();  // the first bucket: every shard will answer
   }
-  const double at = m_net.transfer(node_of_worker(e.worker), s, now, message_bytes(b.count));
-  if (!order.complete()) return;
+  const bool complete = order.complete();
   Event g;
   g.kind = EventKind::kGradArrives;
   g.shard = s;
@@ -710,8 +789,10 @@ void Engine::send_bucket(const Event& e, double now) {
   g.seq = ws.seq;
   g.compute_s = ws.compute_s;
   g.oldest = ws.oldest;
-  g.t = at;
-  m_queue.push(g);
+  if (post(node_of_worker(e.worker), s, now, message_bytes(b.count), g, complete)) {
+    m_queue.push(g);
+  }
+  if (!complete) return;
   if (s == 0) {  // the gradient's last bucket
     ++ws.seq;
     ++m_gradients;
@@ -741,8 +822,7 @@ void Engine::send_decision(const metrics::StepRecord& rec, double now) {
     e.shard = s;
     e.worker = 0;
     e.version = rec.version;
-    e.t = m_net.transfer(0, s, now, bytes);
-    m_queue.push(e);
+    if (post(0, s, now, bytes, e)) m_queue.push(e);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "common/error.hpp"
@@ -337,6 +338,90 @@ TEST_CASE("network: the ranks of one host share its link and cross none within i
   sim::Network own({0.001, 1000.0}, 4);
   CHECK(own.transfer(0, 2, 0.0, 500.0) == Approx(0.501));
   CHECK(own.transfer(1, 3, 0.0, 500.0) == Approx(0.501));
+}
+
+namespace {
+
+// Fair links: hands the messages over, runs the network until it is idle
+// and returns each message's arrival, by its event's seq.
+std::map<std::uint64_t, double> fair_arrivals(
+    sim::Network& net, const std::vector<std::tuple<int, int, double, double>>& messages) {
+  std::map<std::uint64_t, double> at;
+  std::uint64_t n = 0;
+  for (const auto& [from, to, ready, bytes] : messages) {
+    sim::Event e;
+    e.seq = n++;
+    if (net.send(from, to, ready, bytes, e)) at[e.seq] = e.t;
+  }
+  for (double t = net.next_time(); std::isfinite(t); t = net.next_time()) {
+    net.advance(t, [&](const sim::Event& e) { at[e.seq] = e.t; });
+  }
+  return at;
+}
+
+}  // namespace
+
+TEST_CASE("network, fair: the connections in flight share each link max-min fairly", "[sim]") {
+  const auto fair = syncopt::config::LinkSharing::kFair;
+  // 1 ms latency, 1000 bytes/s. Two replies of one sender at once: each
+  // gets half its link, both end together (serial: 0.5 s and 1.0 s).
+  sim::Network two({0.001, 1000.0, fair}, 3);
+  auto at = fair_arrivals(two, {{0, 1, 0.0, 500.0}, {0, 2, 0.0, 500.0}});
+  CHECK(at[0] == Approx(1.001));
+  CHECK(at[1] == Approx(1.001));
+  // Max-min: A = 0->1, B = 0->2, C = 3->2, D = 4->2, 1000 bytes each. Host
+  // 2's incoming link is the bottleneck (a third each); A takes what B
+  // leaves of host 0's link (2/3) and ends at 1.5 s; B, C, D keep a third
+  // (host 2's link) and end at 3 s.
+  sim::Network mm({0.001, 1000.0, fair}, 5);
+  at = fair_arrivals(
+      mm, {{0, 1, 0.0, 1000.0}, {0, 2, 0.0, 1000.0}, {3, 2, 0.0, 1000.0}, {4, 2, 0.0, 1000.0}});
+  CHECK(at[0] == Approx(1.501));
+  for (std::uint64_t k = 1; k < 4; ++k) CHECK(at[k] == Approx(3.001));
+  // One connection's messages go in turn; a message ready later starts
+  // then, and shares the link from then on: 0->1 runs alone to 0.5 s, then
+  // shares with 0->2 (ready at 0.5); each gets 500 bytes/s.
+  sim::Network fifo({0.001, 1000.0, fair}, 3);
+  at = fair_arrivals(fifo, {{0, 1, 0.0, 250.0}, {0, 1, 0.0, 500.0}, {0, 2, 0.5, 250.0}});
+  CHECK(at[0] == Approx(0.251));
+  CHECK(at[1] == Approx(1.001));  // 250 bytes alone to 0.5 s, 250 at half the rate
+  CHECK(at[2] == Approx(1.001));
+  // Within one host: no link, latency only, known at once.
+  sim::Network host({0.001, 1000.0, fair}, 3, {0, 0, 1});
+  sim::Event e;
+  CHECK(host.send(0, 1, 2.0, 5000.0, e));
+  CHECK(e.t == Approx(2.001));
+  CHECK(std::isinf(host.next_time()));
+}
+
+TEST_CASE("sync, b = 0, fair links: a shard's replies share its link, so do the gradients",
+          "[sim]") {
+  // K = N = 2, one shard, compute c = 10 ms, apply a = 2 ms, messages of
+  // 5000 bytes over 1 MB/s links (tau = 5 ms alone), latency L = 1 ms. Both
+  // replies share the shard's outgoing link and arrive together 2 tau + L
+  // after the update; both workers compute and send together, and the
+  // gradients share its incoming link: 2 tau + L. A step lasts
+  // 4 tau + 2 L + c + a = 0.034 s (serial links: 3 tau + 2 L + c + a).
+  const double tau = 0.005, L = 0.001, a = 0.002, c = 0.010;
+  for (const auto sharing :
+       {syncopt::config::LinkSharing::kFair, syncopt::config::LinkSharing::kSerial}) {
+    sim::SimSetup st;
+    st.mode = Mode::kSync;
+    st.workers = 2;
+    st.n = 2;
+    st.slice_counts = {1234};
+    st.total_steps = 10;
+    st.network = {L, 1e6, sharing};
+    st.timing = fixed_compute({c, c}, a);
+    const auto recs = run(st);
+    REQUIRE(recs.size() == 10);
+    const double step =
+        (sharing == syncopt::config::LinkSharing::kFair ? 4 : 3) * tau + 2 * L + c + a;
+    for (std::size_t k = 1; k < recs.size(); ++k) {
+      INFO("step " << recs[k].step);
+      CHECK(recs[k].t_apply - recs[k - 1].t_apply == Approx(step).margin(1e-9));
+    }
+  }
 }
 
 TEST_CASE("poll: the idle loop's sleeps grow to the cap", "[sim]") {
