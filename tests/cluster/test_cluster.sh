@@ -347,6 +347,13 @@ slurm)
   # Debian's slurmd once per host (its own NodeName, NodeAddr, spool, pid
   # and log), slurmctld on node1, munge on this machine (a socket file all
   # hosts see), then the README's SYNCOPT_PS_NODE=own line, scaled down.
+  # Every slurmd gets a /tmp of its own (slurm_up), so the nodes cannot see
+  # a build or a checkout that lies under /tmp.
+  for path in "$BIN" "$SRC"; do
+    case "$path/" in
+    /tmp/*) fail "$path lies under /tmp, which every SLURM node of this test replaces with a /tmp of its own (the pmix plugin's files would collide): build and test from a checkout outside /tmp" ;;
+    esac
+  done
   slurm_up || fail "the SLURM cluster did not come up"
   export OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=$CLUSTER_IF OMPI_MCA_oob_tcp_if_include=$CLUSTER_IF
   T0=$(now)
