@@ -162,6 +162,23 @@ nlohmann::json sim_block(const config::Config& cfg, const SimSetup& st, const Si
           {"cpu_s", cpu_s}};
 }
 
+// The end of a simulated run, in every mode: the analysis of its records
+// on the simulated clock, summary.json with the run's "sim" block, the
+// report.
+void finish_run(SimulateOutcome& out, const config::Config& cfg, metrics::Analyzer& analyzer,
+                nlohmann::json sim) {
+  metrics::RunInfo& info = analyzer.info();
+  info.wall_s = out.result.end_s;
+  info.examples = out.result.examples;
+  info.epochs =
+      static_cast<double>(out.result.examples) / static_cast<double>(nominal_train_count(cfg));
+  metrics::RunAnalysis an = analyzer.finish();
+  an.summary["clock"] = "simulated";
+  an.summary["sim"] = std::move(sim);
+  metrics::write_file_atomic(out.run_dir / "summary.json", an.summary.dump(2) + "\n");
+  out.report = metrics::format_report(an, {});
+}
+
 // train.mode = allreduce (sim/allreduce.hpp): K = sim.workers ranks, the
 // given timing, records and summary as a real allreduce run's.
 SimulateOutcome simulate_allreduce_run(const config::Config& cfg, std::size_t param_count) {
@@ -213,30 +230,22 @@ SimulateOutcome simulate_allreduce_run(const config::Config& cfg, std::size_t pa
   out.cpu_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (steps) steps->flush();
   if (board) board->flush();
-  metrics::RunInfo& final_info = analyzer.info();
-  final_info.wall_s = out.result.end_s;
-  final_info.examples = out.result.examples;
-  final_info.epochs =
-      static_cast<double>(out.result.examples) / static_cast<double>(nominal_train_count(cfg));
-  metrics::RunAnalysis an = analyzer.finish();
-  an.summary["clock"] = "simulated";
-  an.summary["sim"] = {{"workers", st.workers},
-                       {"param_count", param_count},
-                       {"allreduce_s", ring_allreduce_s(st.network, st.workers, param_count)},
-                       {"latency_us", cfg.sim.latency_us},
-                       {"bandwidth_gbps", cfg.sim.bandwidth_gbps},
-                       {"stragglers", cfg.stragglers.model},
-                       {"timing",
-                        {{"compute_ms", cfg.sim.compute_ms},
-                         {"compute_cv", cfg.sim.compute_cv},
-                         {"compute_dist", config::to_string(cfg.sim.compute_dist)},
-                         {"overhead_ms", cfg.sim.overhead_ms},
-                         {"apply_ms", cfg.sim.apply_ms}}},
-                       {"seed", cfg.sim.seed},
-                       {"gradients", out.result.gradients},
-                       {"cpu_s", out.cpu_s}};
-  metrics::write_file_atomic(out.run_dir / "summary.json", an.summary.dump(2) + "\n");
-  out.report = metrics::format_report(an, {});
+  finish_run(out, cfg, analyzer,
+             {{"workers", st.workers},
+              {"param_count", param_count},
+              {"allreduce_s", ring_allreduce_s(st.network, st.workers, param_count)},
+              {"latency_us", cfg.sim.latency_us},
+              {"bandwidth_gbps", cfg.sim.bandwidth_gbps},
+              {"stragglers", cfg.stragglers.model},
+              {"timing",
+               {{"compute_ms", cfg.sim.compute_ms},
+                {"compute_cv", cfg.sim.compute_cv},
+                {"compute_dist", config::to_string(cfg.sim.compute_dist)},
+                {"overhead_ms", cfg.sim.overhead_ms},
+                {"apply_ms", cfg.sim.apply_ms}}},
+              {"seed", cfg.sim.seed},
+              {"gradients", out.result.gradients},
+              {"cpu_s", out.cpu_s}});
   return out;
 }
 
@@ -321,17 +330,7 @@ SimulateOutcome simulate_run(const config::Config& cfg, const SimulateOptions& o
   }
   if (steps) steps->flush();
   if (board) board->flush();
-
-  metrics::RunInfo& final_info = analyzer.info();
-  final_info.wall_s = out.result.end_s;
-  final_info.examples = out.result.examples;
-  final_info.epochs =
-      static_cast<double>(out.result.examples) / static_cast<double>(nominal_train_count(cfg));
-  metrics::RunAnalysis an = analyzer.finish();
-  an.summary["clock"] = "simulated";
-  an.summary["sim"] = sim_block(cfg, st, out.result, fit_json, out.cpu_s);
-  metrics::write_file_atomic(out.run_dir / "summary.json", an.summary.dump(2) + "\n");
-  out.report = metrics::format_report(an, {});
+  finish_run(out, cfg, analyzer, sim_block(cfg, st, out.result, fit_json, out.cpu_s));
   return out;
 }
 
