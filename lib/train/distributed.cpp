@@ -39,6 +39,7 @@
 #include "metrics/run_board.hpp"
 #include "metrics/step_record.hpp"
 #include "nn/graph.hpp"
+#include "nn/peak.hpp"
 #include "optim/optimizer.hpp"
 #include "ps/shard.hpp"
 #include "rundir/ending.hpp"
@@ -102,6 +103,9 @@ struct Job {
   // Every rank of this node has a core of its own (ranks x compute.threads
   // <= hardware threads): the exchange's waits spin instead of sleeping.
   bool own_core = false;
+  // Rank 0: this host's one-core GEMM peak, measured at the start
+  // (nn/peak.hpp), for summary.json's "how far from the limit".
+  nn::CpuPeak peak;
 
   bool ps_mode() const { return roles.shards > 0; }
   MPI_Comm ctrl() const { return ctrl_comm.get(); }
@@ -827,6 +831,27 @@ nlohmann::json partition_of(const Job& job, const RoleOutcome& out) {
   return rundir::describe_partition(own, lost_hosts, all_hosts, reports);
 }
 
+// What "how far from the limit" needs (metrics/limits.hpp): the model's
+// FLOPs and parameters, each shard's slice, and rank 0's machine.
+void put_limits_inputs(const Job& job, metrics::RunInfo& info) {
+  info.flops_per_example = static_cast<double>(nn::model_graph(job.spec).flops);
+  info.param_count = static_cast<std::int64_t>(job.param_layout.count);
+  if (job.ps_mode()) {
+    for (const auto& s : job.slices)
+      info.shard_counts.push_back(static_cast<std::int64_t>(s.count));
+  }
+  info.machine = {{"host", job.peers.empty() ? std::string() : job.peers[0].host},
+                  {"cpu", job.peak.cpu},
+                  {"one_core_peak_gflops", job.peak.gflops},
+                  {"peak_method", job.peak.method},
+                  {"peak_measure_s", job.peak.seconds},
+                  // 0: OpenMP's default, a thread per hardware thread
+                  {"threads", job.cfg.compute.threads > 0
+                                  ? job.cfg.compute.threads
+                                  : static_cast<std::int64_t>(std::thread::hardware_concurrency())},
+                  {"backend", config::to_string(job.cfg.compute.backend)}};
+}
+
 // Rank 0: the records of every shard, then summary.json, written last.
 std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe, double limit_s) {
   for (int s = 1; s < job.roles.shards; ++s) {
@@ -854,6 +879,7 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   info.test_acc = fe.theta.accuracy;
   info.test_loss_ema = fe.ema.loss;
   info.test_acc_ema = fe.ema.accuracy;
+  put_limits_inputs(job, info);
   for (const auto& shard : job.buckets) {
     auto& names = info.bucket_layers.emplace_back();
     for (const auto& b : shard) names.push_back(layout::group_span(job.groups, b));
@@ -1017,6 +1043,7 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
     job.eval_writer = job.roles.eval_writer();
     load_inputs(job);
     build_compute(job);
+    if (job.rank == 0) job.peak = nn::measure_one_core_peak();
     open_outputs(job);
     RoleOutcome out = run_role(job, quiet);
     if (job.rank != 0 && !job.watch->alive(0)) {
