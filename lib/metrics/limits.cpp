@@ -47,6 +47,19 @@ void Limits::add(const StepRecord& r) {
 
 namespace {
 
+// A field of summary.json's `machine` (read back from a file that may have
+// been edited: a wrong type reads as absent, never as a json exception).
+double machine_number(const json& m, const char* key, double fallback) {
+  if (!m.is_object()) return fallback;
+  const auto it = m.find(key);
+  return it != m.end() && it->is_number() ? it->get<double>() : fallback;
+}
+std::string machine_text(const json& m, const char* key, const std::string& fallback) {
+  if (!m.is_object()) return fallback;
+  const auto it = m.find(key);
+  return it != m.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 // 4 bytes a value, 2 with exchange.wire = "bf16".
 double value_bytes(const RunInfo& info) { return info.wire == "bf16" ? 2.0 : 4.0; }
 
@@ -72,9 +85,9 @@ void Limits::put_summary(json& s) const {
   // Against the cores a worker computes with (compute.threads of them), on
   // the CPU backend only: a GPU's rate is not a CPU's.
   json fraction;
-  if (computed && info.machine.is_object() && info.machine.value("backend", "") == "cpu") {
-    const double peak = info.machine.value("one_core_peak_gflops", 0.0);
-    const double cores = std::max<std::int64_t>(1, info.machine.value("threads", 1));
+  if (computed && machine_text(info.machine, "backend", "") == "cpu") {
+    const double peak = machine_number(info.machine, "one_core_peak_gflops", 0.0);
+    const double cores = std::max(1.0, machine_number(info.machine, "threads", 1.0));
     if (peak > 0) fraction = rate / (peak * cores);
   }
   s["compute_peak_fraction"] = fraction;
@@ -131,27 +144,29 @@ std::string format_limits(const json& s) {
   const double busbw = number_or(s, "allreduce_busbw_gbps", -1.0);
   const bool has_ingest = ingest != s.end() && ingest->is_array();
   if (rate < 0 && !has_ingest && busbw < 0) return "";
-  const auto m = s.find("machine");
-  const bool machine = m != s.end() && m->is_object();
+  const auto it = s.find("machine");
+  const json m = it != s.end() ? *it : json();
+  const bool machine = m.is_object();
   std::string out = "how far from the limit";
-  if (machine)
-    out += " (" + m->value("cpu", std::string("unknown CPU")) + ", " +
-           m->value("host", std::string("rank 0's host")) + ")";
+  if (machine) {
+    out += " (" + machine_text(m, "cpu", "unknown CPU") + ", " +
+           machine_text(m, "host", "rank 0's host") + ")";
+  }
   out += ":\n";
   if (rate >= 0) {
     out += fmt("  compute: %.2f GFLOP/s per worker (3 x %.3f MFLOP forward per example)", rate,
                number_or(s, "model_flops_per_example", 0.0) / 1e6);
     const double fraction = number_or(s, "compute_peak_fraction", -1.0);
-    const double peak = machine ? m->value("one_core_peak_gflops", 0.0) : 0.0;
-    const auto threads = machine ? m->value("threads", std::int64_t{1}) : 1;
+    const double peak = machine_number(m, "one_core_peak_gflops", 0.0);
+    const double threads = machine_number(m, "threads", 1.0);
     if (fraction >= 0 && threads > 1) {
       out += fmt(" = %.0f %% of %.0f cores at this CPU's measured one-core peak %.1f GFLOP/s",
-                 100 * fraction, static_cast<double>(threads), peak);
+                 100 * fraction, threads, peak);
     } else if (fraction >= 0) {
       out +=
           fmt(" = %.0f %% of this CPU's measured one-core peak %.1f GFLOP/s", 100 * fraction, peak);
-    } else if (machine && m->value("backend", "") != "cpu") {
-      out += " on the " + m->value("backend", std::string("?")) + " backend (no peak measured)";
+    } else if (machine && machine_text(m, "backend", "") != "cpu") {
+      out += " on the " + machine_text(m, "backend", "?") + " backend (no peak for it)";
     }
     out += "\n";
   }

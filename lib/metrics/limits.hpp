@@ -1,7 +1,7 @@
 // How far from the limit (docs/design.md §7, docs/outputs.md "How far from
 // the limit"): from the step records, a worker's compute rate in FLOP/s of
 // the model's FLOPs against the one-core GEMM peak measured at the start
-// of the run (nn/peak.hpp), each parameter-server shard's gradient ingest
+// of the run (nn/cpu_peak.hpp), each parameter-server shard's gradient ingest
 // in GB/s, and in allreduce the algorithm and bus bandwidth as nccl-tests
 // define them (busbw = algbw * 2(n-1)/n). Wall-clock runs only: a virtual
 // or simulated clock's times are modelled, not measured.

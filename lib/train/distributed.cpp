@@ -38,8 +38,8 @@
 #include "metrics/records.hpp"
 #include "metrics/run_board.hpp"
 #include "metrics/step_record.hpp"
+#include "nn/cpu_peak.hpp"
 #include "nn/graph.hpp"
-#include "nn/peak.hpp"
 #include "optim/optimizer.hpp"
 #include "ps/shard.hpp"
 #include "rundir/ending.hpp"
@@ -104,7 +104,7 @@ struct Job {
   // <= hardware threads): the exchange's waits spin instead of sleeping.
   bool own_core = false;
   // Rank 0: this host's one-core GEMM peak, measured at the start
-  // (nn/peak.hpp), for summary.json's "how far from the limit".
+  // (nn/cpu_peak.hpp), for summary.json's "how far from the limit".
   nn::CpuPeak peak;
 
   bool ps_mode() const { return roles.shards > 0; }

@@ -1,5 +1,5 @@
-// The one-core GEMM peak and the CPU model (see peak.hpp).
-#include "nn/peak.hpp"
+// The one-core GEMM peak and the CPU model (see cpu_peak.hpp).
+#include "nn/cpu_peak.hpp"
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
