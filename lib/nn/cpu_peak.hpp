@@ -18,9 +18,10 @@ struct CpuPeak {
 
 // Times dnnl_sgemm on 256x256x256 FP32 matrices (2 * 256^3 FLOP each) with
 // one OpenMP thread (the caller's thread count is restored), once to warm
-// up, then again until `budget_s` has passed (at least 5 times); the peak
-// is the fastest, which a busy machine's interruptions cannot make faster.
-CpuPeak measure_one_core_peak(double budget_s = 0.1);
+// up, then again until `budget_s` has passed since (at least 10 times);
+// the peak is the fastest, which a busy machine's interruptions cannot
+// make faster (but a machine busy all along makes slower).
+CpuPeak measure_one_core_peak(double budget_s = 0.05);
 
 // The CPU model of this host, from /proc/cpuinfo; "unknown" if none.
 std::string cpu_model();

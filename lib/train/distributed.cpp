@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -214,6 +215,28 @@ void build_compute(Job& job) {
                                : job.cfg.train.batch;
     job.net = job.backend->make_network(job.spec, static_cast<int>(max_batch));
   });
+}
+
+// Rank 0 measures its host's one-core peak (nn/cpu_peak.hpp) while the
+// other ranks wait asleep: ranks spinning in MPI on the same cores, or on
+// their hyperthread siblings, would slow the GEMMs it times (5 ranks on 2
+// cores: 28 GFLOP/s where 74-88 is what the core does).
+void measure_peak(Job& job) {
+  if (job.rank == 0) job.peak = nn::measure_one_core_peak();
+  MPI_Request req = MPI_REQUEST_NULL;
+  SYNCOPT_CHECK_MPI(MPI_Ibarrier(job.ctrl(), &req));
+  const double limit_s = job.cfg.cluster.dead_after_s;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int done = 0;;) {
+    SYNCOPT_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done != 0) return;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
+      throw UnavailableError("rank 0 did not finish measuring its one-core peak in " +
+                             std::to_string(static_cast<int>(limit_s)) +
+                             "s (cluster.dead_after_s): it is stopped or gone");
+    }
+    comm::sleep_s(0.002);
+  }
 }
 
 // This launch, for a checkpoint of another shape (train/reshape.hpp).
@@ -1043,7 +1066,7 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
     job.eval_writer = job.roles.eval_writer();
     load_inputs(job);
     build_compute(job);
-    if (job.rank == 0) job.peak = nn::measure_one_core_peak();
+    measure_peak(job);
     open_outputs(job);
     RoleOutcome out = run_role(job, quiet);
     if (job.rank != 0 && !job.watch->alive(0)) {
