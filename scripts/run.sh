@@ -219,8 +219,7 @@ while :; do
   if ((restarts == 1)); then args+=(--set run.resume=true --set run.reshape=true); fi
   echo "run.sh: $run_dir ended 69 (lost workers): elastic restart $restarts of $max_restarts (SYNCOPT_MAX_RESTARTS): $(cat "$why"); resuming on $np ranks with --set run.resume=true --set run.reshape=true" >&2
 done
-rm -f "$shrunk" "$why"
-trap - EXIT
+# (The EXIT trap removes the restart's files.)
 if [ -z "$code" ]; then
   # No verdict: every rank died before one could be written.
   echo "run.sh: no rank recorded how this launch of $run_dir ended (mpirun exited $mpirun_rc): the run failed; see the messages above" >&2
@@ -235,7 +234,8 @@ case $code in
     case " $* " in *" run.name="* | *" --set=run.name="*) ;; *) again+=(--set "run.name=$(basename "$run_dir")") ;; esac
     # After an elastic restart the run is on fewer ranks than it began with.
     if ((restarts)); then
-      again=(SYNCOPT_NP="$np" scripts/run.sh "${again[@]}" --set run.reshape=true)
+      again=(SYNCOPT_NP="$np" scripts/run.sh "${again[@]}")
+      [ -n "$shrunk" ] && echo "run.sh: its ranks ran on the host file less the lost ranks' slots: $(tr '\n' ' ' <"$shrunk")" >&2
     else
       again=(scripts/run.sh "${again[@]}")
     fi
