@@ -11,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "metrics/blame.hpp"
+#include "metrics/limits.hpp"
 #include "metrics/records.hpp"
 
 namespace syncopt::metrics {
@@ -104,7 +105,8 @@ struct Analyzer::State {
   // allreduce with micro-batches: examples each rank did not compute
   std::vector<std::int64_t> skipped;
   bool micro = false;
-  std::unique_ptr<Blame> blame;  // the slow rank named, from the phases
+  std::unique_ptr<Blame> blame;    // the slow rank named, from the phases
+  std::unique_ptr<Limits> limits;  // how far from the limit
   std::map<std::int64_t, std::int64_t> hist_applied, hist_all;
   double staleness_sum = 0.0, staleness_max = 0.0;
   std::uint64_t wire_bytes = 0;  // every shard's records
@@ -171,6 +173,7 @@ Analyzer::Analyzer(const RunInfo& info) : m(std::make_unique<State>()) {
   m->newest.assign(K, kNoVersion);
   m->kth.assign(m->versioned ? K : 0, {});
   m->blame = std::make_unique<Blame>(m->K);
+  m->limits = std::make_unique<Limits>(m->info);
   m->kth_sum.assign(m->kth.size(), 0.0);
   m->drops0.assign(K, 0);
   m->drops_all = m->accepted0 = m->drops0;
@@ -190,6 +193,7 @@ void Analyzer::add(const StepRecord& r) {
   if (!st.any) st.clock = r.clock;
   st.any = true;
   st.wire_bytes += r.wire_bytes;
+  st.limits->add(r);
   if (r.shard == 0) {
     st.blame->add(r);
     if (st.shard0_steps > 0 && r.step < st.last_step) st.out_of_order = true;
@@ -339,6 +343,7 @@ RunAnalysis Analyzer::finish() {
                             : json(nullptr);
   an.summary["exchange_wire"] = info.wire.empty() ? json(nullptr) : json(info.wire);
   st.blame->put_summary(an.summary);
+  st.limits->put_summary(an.summary);
   // allreduce with micro-batches (a compute budget): the examples of each
   // rank's batches that were not computed; null otherwise.
   std::int64_t skipped = 0;
@@ -453,6 +458,13 @@ RunInfo run_info_fields(const json& s) {
   i.test_acc = number("test_acc");
   i.test_loss_ema = number("test_loss_ema");
   i.test_acc_ema = number("test_acc_ema");
+  i.wire =
+      s.value("exchange_wire", json()).is_string() ? s["exchange_wire"].get<std::string>() : "";
+  i.flops_per_example = number("model_flops_per_example");
+  i.param_count = static_cast<std::int64_t>(number("param_count"));
+  if (const auto c = s.find("shard_param_counts"); c != s.end() && c->is_array())
+    i.shard_counts = c->get<std::vector<std::int64_t>>();
+  if (const auto m = s.find("machine"); m != s.end() && m->is_object()) i.machine = *m;
   return i;
 }
 
@@ -586,6 +598,7 @@ std::string format_report(const RunAnalysis& an, const std::vector<json>& evals,
   put_time_to_kth(os, s);
   put_workers(os, s);
   os << format_blame(s);
+  os << format_limits(s);
   put_staleness(os, s);
   put_accuracy(os, s, evals, incomplete);
   return os.str();

@@ -37,6 +37,14 @@ struct RunInfo {
   std::vector<std::vector<std::string>> bucket_layers;
   // exchange.wire of the run ("fp32", "bf16"); "" where there is no wire.
   std::string wire;
+  // How far from the limit (metrics/limits.hpp): the model's forward FLOPs
+  // per example, its parameters, each shard's slice of them, and the
+  // machine (rank 0's host: CPU model, measured one-core peak, compute
+  // threads and backend); 0 / empty / null where unknown.
+  double flops_per_example = 0.0;
+  std::int64_t param_count = 0;
+  std::vector<std::int64_t> shard_counts;
+  nlohmann::json machine;
 };
 
 struct RunAnalysis {

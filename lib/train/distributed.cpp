@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -38,6 +39,7 @@
 #include "metrics/records.hpp"
 #include "metrics/run_board.hpp"
 #include "metrics/step_record.hpp"
+#include "nn/cpu_peak.hpp"
 #include "nn/graph.hpp"
 #include "optim/optimizer.hpp"
 #include "ps/shard.hpp"
@@ -102,6 +104,9 @@ struct Job {
   // Every rank of this node has a core of its own (ranks x compute.threads
   // <= hardware threads): the exchange's waits spin instead of sleeping.
   bool own_core = false;
+  // Rank 0: this host's one-core GEMM peak, measured at the start
+  // (nn/cpu_peak.hpp), for summary.json's "how far from the limit".
+  nn::CpuPeak peak;
 
   bool ps_mode() const { return roles.shards > 0; }
   MPI_Comm ctrl() const { return ctrl_comm.get(); }
@@ -210,6 +215,28 @@ void build_compute(Job& job) {
                                : job.cfg.train.batch;
     job.net = job.backend->make_network(job.spec, static_cast<int>(max_batch));
   });
+}
+
+// Rank 0 measures its host's one-core peak (nn/cpu_peak.hpp) while the
+// other ranks wait asleep: ranks spinning in MPI on the same cores, or on
+// their hyperthread siblings, would slow the GEMMs it times (5 ranks on 2
+// cores: 28 GFLOP/s where 74-88 is what the core does).
+void measure_peak(Job& job) {
+  if (job.rank == 0) job.peak = nn::measure_one_core_peak();
+  MPI_Request req = MPI_REQUEST_NULL;
+  SYNCOPT_CHECK_MPI(MPI_Ibarrier(job.ctrl(), &req));
+  const double limit_s = job.cfg.cluster.dead_after_s;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int done = 0;;) {
+    SYNCOPT_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done != 0) return;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
+      throw UnavailableError("rank 0 did not finish measuring its one-core peak in " +
+                             std::to_string(static_cast<int>(limit_s)) +
+                             "s (cluster.dead_after_s): it is stopped or gone");
+    }
+    comm::sleep_s(0.002);
+  }
 }
 
 // This launch, for a checkpoint of another shape (train/reshape.hpp).
@@ -827,6 +854,27 @@ nlohmann::json partition_of(const Job& job, const RoleOutcome& out) {
   return rundir::describe_partition(own, lost_hosts, all_hosts, reports);
 }
 
+// What "how far from the limit" needs (metrics/limits.hpp): the model's
+// FLOPs and parameters, each shard's slice, and rank 0's machine.
+void put_limits_inputs(const Job& job, metrics::RunInfo& info) {
+  info.flops_per_example = static_cast<double>(nn::model_graph(job.spec).flops);
+  info.param_count = static_cast<std::int64_t>(job.param_layout.count);
+  if (job.ps_mode()) {
+    for (const auto& s : job.slices)
+      info.shard_counts.push_back(static_cast<std::int64_t>(s.count));
+  }
+  info.machine = {{"host", job.peers.empty() ? std::string() : job.peers[0].host},
+                  {"cpu", job.peak.cpu},
+                  {"one_core_peak_gflops", job.peak.gflops},
+                  {"peak_method", job.peak.method},
+                  {"peak_measure_s", job.peak.seconds},
+                  // 0: OpenMP's default, a thread per hardware thread
+                  {"threads", job.cfg.compute.threads > 0
+                                  ? job.cfg.compute.threads
+                                  : static_cast<std::int64_t>(std::thread::hardware_concurrency())},
+                  {"backend", config::to_string(job.cfg.compute.backend)}};
+}
+
 // Rank 0: the records of every shard, then summary.json, written last.
 std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe, double limit_s) {
   for (int s = 1; s < job.roles.shards; ++s) {
@@ -854,6 +902,7 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
   info.test_acc = fe.theta.accuracy;
   info.test_loss_ema = fe.ema.loss;
   info.test_acc_ema = fe.ema.accuracy;
+  put_limits_inputs(job, info);
   for (const auto& shard : job.buckets) {
     auto& names = info.bucket_layers.emplace_back();
     for (const auto& b : shard) names.push_back(layout::group_span(job.groups, b));
@@ -1017,6 +1066,7 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
     job.eval_writer = job.roles.eval_writer();
     load_inputs(job);
     build_compute(job);
+    measure_peak(job);
     open_outputs(job);
     RoleOutcome out = run_role(job, quiet);
     if (job.rank != 0 && !job.watch->alive(0)) {
