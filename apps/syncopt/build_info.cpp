@@ -3,8 +3,11 @@
 // `syncopt --version` prints it, run.json records it and ranks compare it.
 #include "build_info.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "config/include.hpp"
@@ -43,6 +46,14 @@ syncopt::rundir::Invocation make_invocation(const std::vector<std::string>& argv
   // Wrapper scripts name the launch, to find its outcome afterwards.
   const char* id = std::getenv("SYNCOPT_LAUNCH_ID");
   inv.launch_id = id != nullptr && *id != '\0' ? id : syncopt::rundir::new_id();
+  // An elastic restart (scripts/run.sh, train.sbatch) says which one it is.
+  if (const char* r = std::getenv("SYNCOPT_RESTART"); r != nullptr && *r != '\0') {
+    inv.restart = nlohmann::json::parse(r, nullptr, false);
+    if (!inv.restart.is_object()) {
+      spdlog::warn("SYNCOPT_RESTART is not a JSON object ('{}'): run.json records it as text", r);
+      inv.restart = {{"text", r}};
+    }
+  }
   return inv;
 }
 

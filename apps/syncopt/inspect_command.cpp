@@ -85,6 +85,45 @@ int run_keys() {
   return 0;
 }
 
+namespace {
+
+// The elastic restarts run.json records (launches[].restart, set by
+// scripts/run.sh and train.sbatch; docs/design.md §10), one line each; ""
+// when none (or no run.json).
+std::string restarts_text(const std::filesystem::path& run) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(read_file_bytes(run / "run.json"));
+  } catch (const std::exception&) {
+    return "";
+  }
+  std::string out;
+  for (const auto& l : doc.value("launches", nlohmann::json::array())) {
+    const auto r = l.value("restart", nlohmann::json());
+    if (!r.is_object()) continue;
+    const auto world = r.value("world", nlohmann::json::object());
+    const auto reshape = l.value("reshape", nlohmann::json::object());
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "elastic restart %s of %s by %s: after exit %s at step %s (lost ranks %s), "
+                  "resumed at step %s on %s ranks (was %s); ended %s\n",
+                  r.value("number", nlohmann::json()).dump().c_str(),
+                  r.value("max", nlohmann::json()).dump().c_str(),
+                  r.value("by", std::string("?")).c_str(),
+                  r.value("after_exit_code", nlohmann::json()).dump().c_str(),
+                  r.value("at_step", nlohmann::json()).dump().c_str(),
+                  r.value("lost_ranks", nlohmann::json()).dump().c_str(),
+                  reshape.value("step", nlohmann::json()).dump().c_str(),
+                  world.value("to", nlohmann::json()).dump().c_str(),
+                  world.value("from", nlohmann::json()).dump().c_str(),
+                  l.value("exit_code", nlohmann::json()).dump().c_str());
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace
+
 // A finished run is read from its summary.json; one without (running,
 // paused, killed) from its records, and said to be incomplete, with why.
 int run_report(const std::string& dir) {
@@ -127,7 +166,8 @@ int run_report(const std::string& dir) {
     an = metrics::analyze(steps, rundir::partial_run_info(run, steps, evals));
   }
   const std::string why = status.complete() ? "" : status.status + ": " + status.why;
-  std::printf("run %s\n%s", dir.c_str(), metrics::format_report(an, evals, why).c_str());
+  std::printf("run %s\n%s%s", dir.c_str(), metrics::format_report(an, evals, why).c_str(),
+              restarts_text(run).c_str());
   if (const std::string flight = metrics::format_flight(run, launch_id); !flight.empty()) {
     std::printf("\n%s", flight.c_str());
   }

@@ -903,7 +903,9 @@ void Shard::lose_worker(int w, double now) {
                " workers are alive and this mode needs " + std::to_string(m_roster.needed()) +
                " (lost: " + lost +
                "); the run cannot go on. A checkpoint is saved: resume with "
-               "replacement ranks and --set run.resume=true");
+               "replacement ranks and --set run.resume=true, or with the ranks left and "
+               "--set run.reshape=true too (scripts/run.sh does it with "
+               "SYNCOPT_MAX_RESTARTS)");
   }
 }
 

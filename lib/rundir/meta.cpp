@@ -289,6 +289,7 @@ RunJournal::RunJournal(const fs::path& run_dir, const std::string& run_name, con
       {"ranks", ranks},
       {"layout", layout_json(facts.roles)}};
   if (!inv.repeat_of.empty()) launch["repeat_of"] = inv.repeat_of;
+  if (!inv.restart.is_null()) launch["restart"] = inv.restart;
   if (!moved.is_null()) launch.update(moved);
   launch.update(launcher_json(facts.roles.world));
   m_doc["launches"].push_back(launch);

@@ -35,6 +35,11 @@ struct Invocation {
   // This launch's id: $SYNCOPT_LAUNCH_ID (set by wrapper scripts), else
   // made up (new_id()); rank 0's is the job's.
   std::string launch_id;
+  // An elastic restart by a wrapper script (scripts/run.sh,
+  // scripts/slurm/train.sbatch): $SYNCOPT_RESTART, a JSON object saying
+  // which restart this is and why; null otherwise. run.json records it as
+  // the launch's `restart` (docs/outputs.md).
+  nlohmann::json restart;
 };
 
 // A fresh random id (32 hex digits): a run's identity, a launch's.

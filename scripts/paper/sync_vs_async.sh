@@ -12,6 +12,8 @@
 #       sbatch --array=0-8 --ntasks=7 scripts/slurm/sweep.sbatch configs/sweeps/paper-sync-vs-async.txt
 #   --out DIR (default runs/paper/sync-vs-async, runs/paper-full/sync-vs-async)
 #   SEEDS=2-2 scripts/paper/sync_vs_async.sh --out runs/paper/sync-vs-async-s2   another seed
+#   SEEDS=1-3 EPOCHS=4 scripts/paper/sync_vs_async.sh --out runs/paper/sva-3seeds  three seeds,
+#                                          4 epochs each (the small size's length: EPOCHS, default 8)
 #
 # Wall clock (async has no virtual clock): run it when the machine is quiet.
 # The load average at the start and end goes into OUT/logs/load.txt and the
@@ -21,7 +23,7 @@ paper_options sync-vs-async "$@"
 
 sweep=configs/sweeps/paper-sync-vs-async.txt
 # SEEDS=LO-HI: the seeds to run (default 1 small, 1-3 full).
-if ((FULL)); then seeds=${SEEDS:-1-3} extra=(); else seeds=${SEEDS:-1-1} extra=(--set train.epochs=8); fi
+if ((FULL)); then seeds=${SEEDS:-1-3} extra=(); else seeds=${SEEDS:-1-1} extra=(--set "train.epochs=${EPOCHS:-8}"); fi
 seed_runs "$sweep" "$seeds" "${extra[@]}"
 runs=("${SEED_RUNS[@]}")
 

@@ -10,6 +10,10 @@
                                               placement (--json FILE, --plot PNG)
     tables.py layers RUN... [--plot PNG]      async with per-layer updates: staleness by layer,
                                               bottom to top, beside the paper's (--json FILE too)
+    tables.py seeds RUN... --epochs 1,2 --seconds 60,120 --target 0.9
+                                              runs named NAME-s<seed>, grouped by NAME: the mean
+                                              and sd over the seeds of the accuracy at equal
+                                              examples (epochs), at equal time, and to a target
 
 Accuracies are of the EMA of theta (theta-bar) unless --theta. Times are on
 each run's own clock (wall, virtual or simulated; scripts/syncopt_runs.py says how
@@ -450,6 +454,68 @@ def cmd_layers(args):
             json.dump(figures, f, indent=2)
 
 
+def interpolate(points, x):
+    """The value at x of the piecewise-linear curve through (x, y) points,
+    or None outside them."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return None
+
+
+def mean_sd(xs):
+    """'mean ± sd (n)' of the values that are not None; '–' if none."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "–"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.fmean(xs):.2f} ± {sd:.2f}" + (f" ({len(xs)})" if len(xs) > 1 else "")
+
+
+def seed_group(path):
+    name = os.path.basename(os.path.normpath(path))
+    base, _, seed = name.rpartition("-s")
+    return (base, int(seed)) if base and seed.isdigit() else (name, 0)
+
+
+def cmd_seeds(args):
+    ema = not args.theta
+    epochs = [float(x) for x in args.epochs.split(",")] if args.epochs else []
+    seconds = [float(x) for x in args.seconds.split(",")] if args.seconds else []
+    groups = defaultdict(list)
+    for path in args.runs:
+        base, seed = seed_group(path)
+        groups[base].append((seed, syncopt_runs.load(path)))
+    header = (["runs", "seeds"] + [f"acc. at {e:g} ep. (%)" for e in epochs] +
+              [f"acc. at {t:g} s (%)" for t in seconds] +
+              [f"epochs to {100 * args.target:g} %", f"s to {100 * args.target:g} %",
+               "final acc. (%)", "s per epoch"])
+    rows = []
+    for base, runs in groups.items():
+        runs.sort(key=lambda x: x[0])
+        by_epoch, by_time, final, ep_to, s_to, spe = [], [], [], [], [], []
+        for _seed, run in runs:
+            series = run.eval_series(ema)
+            ep = {e["step"]: e["epoch"] for e in run.evals if "epoch" in e}
+            by_epoch.append([interpolate([(ep[st], 100 * a) for st, _t, a in series if st in ep], e)
+                             for e in epochs])
+            by_time.append([interpolate([(t, 100 * a) for _st, t, a in series], x) for x in seconds])
+            final.append(100 * series[-1][2] if series else None)
+            got = run.time_to_accuracy(args.target, ema)
+            s_to.append(got[0] if got else None)
+            ep_to.append(run.epoch_at(got[1]) if got else None)
+            spe.append(run.s_per_epoch())
+        seeds = ",".join(str(sd) for sd, _r in runs)
+        reached = sum(1 for x in s_to if x is not None)
+        rows.append([base, seeds] + [mean_sd([r[i] for r in by_epoch]) for i in range(len(epochs))] +
+                    [mean_sd([r[i] for r in by_time]) for i in range(len(seconds))] +
+                    [mean_sd(ep_to) + ("" if reached == len(runs) else f", {reached} of {len(runs)} reached"),
+                     mean_sd(s_to), mean_sd(final), mean_sd(spe)])
+    which = "theta" if args.theta else "the EMA of theta"
+    print(f"Test accuracy of {which}: mean ± sd over the seeds (runs counted in brackets); "
+          "between evaluations, linear.\n\n" + table(header, rows))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -484,6 +550,13 @@ def main():
     p.add_argument("--plot", help="also draw the figure into this PNG")
     p.add_argument("--json", help="also write the numbers as JSON here")
     p.set_defaults(fn=cmd_layers)
+    p = sub.add_parser("seeds", help="mean and sd over seeds at equal examples and equal time")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--epochs", default="", help="epochs of accepted examples, e.g. 1,2,4")
+    p.add_argument("--seconds", default="", help="seconds on the runs' clock, e.g. 60,120")
+    p.add_argument("--target", type=float, default=0.9)
+    p.add_argument("--theta", action="store_true")
+    p.set_defaults(fn=cmd_seeds)
     args = ap.parse_args()
     try:
         args.fn(args)

@@ -49,7 +49,7 @@ check() {
   echo "== dry run: $name"
   SYNCOPT_GPU_CHECK_DRY_RUN=1 SYNCOPT_GPU_CHECK_CARRY="$carry" \
     SYNCOPT_GPU_CHECK_WORK="$WORKDIR/$name.work" SYNCOPT_GPU_CHECK_MIN_ACC=0.25 \
-    SYNCOPT_GPU_CHECK_SANITIZER="$HERE/stuck_sanitizer.sh" SYNCOPT_GPU_CHECK_MEMCHECK_S=5 \
+    SYNCOPT_GPU_CHECK_SANITIZER="$HERE/stuck_sanitizer.sh" SYNCOPT_GPU_CHECK_MEMCHECK_S=2 \
     SYNCOPT_GPU_CHECK_BUDGET_S=400 SYNCOPT_GPU_CHECK_FAIL_FIRST=nccl_np2 \
     unshare -m --propagation private "$HERE/bare_image.sh" "$WORKDIR/$name.scratch" \
     "$ROOT/scripts/gpu-check.sh" "$WORKDIR/$name.out" >"$WORKDIR/$name.console" 2>&1

@@ -17,7 +17,8 @@
 #          (a pause is not a death); (d) a 2-line sweep
 #          as an array job; (f) the requeue plumbing of train.sbatch
 #          (B:USR1 trap, exit 75, scontrol requeue, run.resume on restart)
-#          with tests/slurm/stub-syncopt.sh standing in for the trainer.
+#          with tests/slurm/stub-syncopt.sh standing in for the trainer, only
+#          while the trainer cannot checkpoint (then (e) covers it).
 # requeue: (e) the same with the real trainer: --time, --signal=B:USR1@60,
 #          --requeue; stopped, exit 75, requeued, resumed to the end. Skipped
 #          (exit 77) while `syncopt train --help` has no checkpoint_every.
@@ -391,7 +392,14 @@ EOF
 
   # (f) The requeue plumbing with a stub trainer. SLURM sends B:USR1 to the
   # batch shell only, 30 to 60 s into the job (60 s before the 2 min limit,
-  # checked every 30 s), so only train.sbatch's trap can pass it on.
+  # checked every 30 s), so only train.sbatch's trap can pass it on. Only
+  # while the trainer cannot checkpoint on SIGUSR1: once it can, (e) checks
+  # the same plumbing (the trap, exit 75, the requeue, run.resume) with the
+  # real trainer, and (f) would cost this test another minute or more.
+  if can_checkpoint; then
+    record "(f) requeue plumbing (stub trainer)" SKIPPED - - "covered by (e), slurm_requeue"
+    return 0
+  fi
   mkdir -p "$WORK/f"
   t=$(now)
   j=$(cd "$REPO" && SYNCOPT_BIN=$REPO/tests/slurm/stub-syncopt.sh sbatch --parsable -D "$WORK/f" --ntasks=2 \
