@@ -15,6 +15,7 @@
 #include "config/config.hpp"
 #include "metrics/analysis.hpp"
 #include "metrics/export.hpp"
+#include "metrics/flight_report.hpp"
 #include "rundir/meta.hpp"
 #include "train/weights.hpp"
 
@@ -141,6 +142,7 @@ int run_report(const std::string& dir) {
                          ? metrics::read_jsonl(run / "eval.jsonl", torn_ok)
                          : std::vector<nlohmann::json>{};
   metrics::RunAnalysis an;
+  std::string launch_id;  // the flight recorder's dumps of this launch
   if (has_summary) {
     nlohmann::json summary;
     try {
@@ -148,6 +150,8 @@ int run_report(const std::string& dir) {
     } catch (const std::exception& e) {
       throw DataError((run / "summary.json").string() + ": not JSON (" + e.what() + ")");
     }
+    if (summary.is_object() && summary.contains("launch_id") && summary["launch_id"].is_string())
+      launch_id = summary["launch_id"].get<std::string>();
     // The records streamed, never held (a simulation's can be gigabytes);
     // a simulation that kept none (sim.records = none) is its summary.
     if (has_steps) {
@@ -164,6 +168,9 @@ int run_report(const std::string& dir) {
   const std::string why = status.complete() ? "" : status.status + ": " + status.why;
   std::printf("run %s\n%s%s", dir.c_str(), metrics::format_report(an, evals, why).c_str(),
               restarts_text(run).c_str());
+  if (const std::string flight = metrics::format_flight(run, launch_id); !flight.empty()) {
+    std::printf("\n%s", flight.c_str());
+  }
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/flight.hpp"
 #include "comm/mpi.hpp"
 #include "commands.hpp"
 #include "common/error.hpp"
@@ -215,10 +216,14 @@ int CommandLine::run(syncopt::comm::MpiSession& mpi) const {
 }
 
 // "syncopt: error (rank R on HOST): WHAT" after a blank line, on stderr.
+// Then, when this rank dumped its flight recorder, where the dumps are.
 void print_error(const syncopt::comm::MpiSession& mpi, const char* what,
                  const char* kind = "error") {
   std::fprintf(stderr, "\nsyncopt: %s (rank %d on %s): %s\n", kind, mpi.rank(), mpi.host().c_str(),
                what);
+  if (const std::string note = syncopt::comm::flight::ending_note(); !note.empty()) {
+    std::fprintf(stderr, "syncopt: %s\n", note.c_str());
+  }
 }
 
 // The one root-cause block of an error that ended this rank's part, and the

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/agree.hpp"
+#include "comm/flight.hpp"
 #include "comm/peers.hpp"
 #include "commands.hpp"
 #include "common/error.hpp"
@@ -352,6 +353,9 @@ int train_distributed(const TrainArgs& args, const Job& job, const syncopt::rund
     std::printf("\n%s", r.report.c_str());
     std::printf("run directory: %s  (syncopt report %s; scripts/plot.py %s)\n",
                 r.run_dir.string().c_str(), r.run_dir.string().c_str(), r.run_dir.string().c_str());
+    if (const std::string note = comm::flight::ending_note(); !note.empty()) {
+      std::printf("%s\n", note.c_str());
+    }
     print_how_to_resume(r.outcome, r.run_dir, args, mpi.size());
   }
   return static_cast<int>(r.outcome.exit_code);

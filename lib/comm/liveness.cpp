@@ -8,6 +8,7 @@
 #include <chrono>
 #include <utility>
 
+#include "comm/flight.hpp"
 #include "comm/mpi.hpp"
 #include "comm/protocol.hpp"
 #include "comm/requests.hpp"
@@ -139,7 +140,7 @@ void Heartbeat::stop() {
 // looks at the clocks: a gap means this process was not running.
 void Heartbeat::run() {
   try {
-    SendQueue sends(m_comm);
+    SendQueue sends(m_comm, false);  // another thread: never in the flight recorder
     std::vector<SharedMessage> last(m_to.size());
     std::vector<char> tell_paused(m_to.size(), 0);
     std::unique_lock<std::mutex> lock(m_mutex);
@@ -195,7 +196,7 @@ Watch::Watch(MPI_Comm comm, int self, std::vector<int> beat_to, std::vector<int>
       m_beat_to(std::move(beat_to)),
       m_core(static_cast<int>(m_peers.size()), dead_after_s, now),
       m_pause_threshold_s(pause_threshold_s(dead_after_s)),
-      m_sends(comm),
+      m_sends(comm, false),
       m_beat(comm, m_beat_to, heartbeat_interval_s(dead_after_s), m_pause_threshold_s, self) {
   int size = 1;
   SYNCOPT_CHECK_MPI(MPI_Comm_size(comm, &size));
@@ -246,6 +247,11 @@ std::vector<int> Watch::poll(double now) {
         notice.step = h.step_seq;
         const float* p = m_slots.message(d.slot).payload();
         for (std::uint32_t k = 0; k < h.count; ++k) notice.ranks.push_back(static_cast<int>(p[k]));
+        if (notice.kind == Kind::kEnding) {
+          // The run ends: what this rank was doing is worth keeping.
+          (void)flight::dump("rank " + std::to_string(notice.from) + " ends the run with exit " +
+                             std::to_string(notice.code));
+        }
         m_notices.push_back(std::move(notice));
       }
       m_slots.post(d.slot);
@@ -256,7 +262,19 @@ std::vector<int> Watch::poll(double now) {
     ++m_restarts;
   }
   std::vector<int> dead;
-  for (const int i : m_core.newly_dead(now)) {
+  const auto newly = m_core.newly_dead(now);
+  if (!newly.empty()) {
+    // A deadline fired: before anything is cancelled, what this rank waited for.
+    std::string who;
+    for (const int i : newly) {
+      const int rank = m_peers[static_cast<std::size_t>(i)];
+      who += (who.empty() ? "rank " : ", rank ") + std::to_string(rank);
+    }
+    (void)flight::dump(fmt::format("{} silent for {:.1f} s (cluster.dead_after_s)", who,
+                                   now - m_core.last_heard(newly.front())));
+  }
+  flight::poll_signal();
+  for (const int i : newly) {
     const int rank = m_peers[static_cast<std::size_t>(i)];
     m_slots.cancel(i);
     m_slots.cancel(n + i);

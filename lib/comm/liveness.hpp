@@ -209,8 +209,9 @@ class Watch {
   LivenessCore m_core;
   double m_pause_threshold_s;
   std::size_t m_notice_capacity;
-  RecvSlots m_slots;  // slot i: heartbeats of m_peers[i]; n + i: its notices
-  SendQueue m_sends;  // notices
+  // Not in the flight recorder: heartbeats are no message of the run's.
+  RecvSlots m_slots{false};  // slot i: heartbeats of m_peers[i]; n + i: its notices
+  SendQueue m_sends;         // notices
   std::vector<Notice> m_notices;
   int m_seen_pauses = 0;
   int m_restarts = 0;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "comm/mpi.hpp"
 #include "common/bf16.hpp"
@@ -68,9 +69,16 @@ void release_kept_buffers() {
 
 // ------------------------------------------------------------------ SendQueue
 
+flight::Ticket SendQueue::record(const MsgHeader& h, int dest, int tag, std::uint64_t bytes) const {
+  if (!m_record || !flight::on()) return flight::kNone;
+  return flight::posted(flight::Op::kSend, flight::about(h, dest, tag, bytes));
+}
+
 void SendQueue::send(SharedMessage msg, int dest, int tag) {
   Entry e;
   e.dest = dest;
+  e.flight = record(msg->header(), dest, tag,
+                    static_cast<std::uint64_t>(Message::wire_bytes(msg->header().count)));
   SYNCOPT_CHECK_MPI(MPI_Isend(msg->data(), Message::wire_bytes(msg->header().count), MPI_BYTE, dest,
                               tag, m_comm, &e.req));
   e.msg = std::move(msg);
@@ -91,6 +99,8 @@ void SendQueue::send_split(SharedMessage header, std::shared_ptr<const void> own
   m_entries.push_back(std::move(h));
   Entry p;
   p.dest = dest;
+  p.flight = record(m_entries.back().msg->header(), dest, tag,
+                    sizeof(MsgHeader) + static_cast<std::uint64_t>(bytes));
   SYNCOPT_CHECK_MPI(MPI_Isend(payload, bytes, MPI_BYTE, dest, tag, m_comm, &p.req));
   p.payload_owner = std::move(owner);
   m_entries.push_back(std::move(p));
@@ -100,6 +110,7 @@ void SendQueue::send_text(std::string text, int dest, int tag) {
   auto owned = std::make_shared<const std::string>(std::move(text));
   Entry e;
   e.dest = dest;
+  e.flight = record(MsgHeader{}, dest, tag, owned->size());
   SYNCOPT_CHECK_MPI(MPI_Isend(owned->data(), static_cast<int>(owned->size()), MPI_CHAR, dest, tag,
                               m_comm, &e.req));
   e.payload_owner = std::move(owned);
@@ -111,6 +122,7 @@ void SendQueue::progress() {
   for (auto& e : m_entries) {
     int done = 0;
     SYNCOPT_CHECK_MPI(MPI_Test(&e.req, &done, MPI_STATUS_IGNORE));
+    if (done) flight::done(std::exchange(e.flight, flight::kNone));
   }
   std::erase_if(m_entries, [](const Entry& e) { return e.req == MPI_REQUEST_NULL; });
 }
@@ -129,6 +141,7 @@ bool SendQueue::drain(double timeout_s) {
 void SendQueue::cancel_to(int dest) {
   for (auto& e : m_entries) {
     if (e.dest != dest) continue;
+    flight::cancelled(std::exchange(e.flight, flight::kNone));
     if (!cancel_bounded(e.req)) {
       // MPI still holds the buffers: keep them alive until MPI_Finalize.
       keep_until_finalize(std::move(e.msg));
@@ -161,13 +174,31 @@ SendQueue::~SendQueue() {
 int RecvSlots::add(int source, int tag, MPI_Comm comm, std::size_t capacity) {
   m_slots.push_back(Slot{source, tag, comm, Message(capacity)});
   m_reqs.push_back(MPI_REQUEST_NULL);
+  m_flight.push_back(flight::kNone);
   return static_cast<int>(m_slots.size()) - 1;
+}
+
+void RecvSlots::record_post(std::size_t i, const flight::About& a) {
+  if (m_record && flight::on()) m_flight[i] = flight::posted(flight::Op::kRecv, a);
 }
 
 void RecvSlots::post(int slot) {
   auto& s = m_slots[static_cast<std::size_t>(slot)];
   auto& req = m_reqs[static_cast<std::size_t>(slot)];
   if (req != MPI_REQUEST_NULL) throw InternalError("RecvSlots::post on a slot still posted");
+  if (m_record && flight::on()) {
+    // Not known until a message matches; what the slot received last is.
+    flight::About a;
+    a.peer = s.source;
+    a.tag = s.tag;
+    const MsgHeader& last = s.msg.header();
+    if (last.magic == kMagic) {
+      a.after_kind = last.kind;
+      a.after_bucket = last.bucket;
+      a.after_version = last.param_version;
+    }
+    record_post(static_cast<std::size_t>(slot), a);
+  }
   s.raw = false;
   s.dest = nullptr;
   s.dest_owner.reset();
@@ -184,6 +215,8 @@ void RecvSlots::post_payload(int slot, std::shared_ptr<void> owner, void* payloa
   s.raw = true;
   s.dest = payload;
   s.dest_owner = std::move(owner);
+  record_post(static_cast<std::size_t>(slot),
+              flight::about(s.msg.header(), s.source, s.tag, count * elem_bytes));
   SYNCOPT_CHECK_MPI(MPI_Irecv(payload, static_cast<int>(count * elem_bytes), MPI_BYTE, s.source,
                               s.tag, s.comm, &req));
 }
@@ -200,6 +233,8 @@ void RecvSlots::post_payload(int slot, std::size_t count, std::size_t elem_bytes
   s.raw = true;
   s.dest = nullptr;
   s.dest_owner.reset();
+  record_post(static_cast<std::size_t>(slot),
+              flight::about(s.msg.header(), s.source, s.tag, count * elem_bytes));
   SYNCOPT_CHECK_MPI(MPI_Irecv(s.msg.payload(), static_cast<int>(count * elem_bytes), MPI_BYTE,
                               s.source, s.tag, s.comm, &req));
 }
@@ -226,6 +261,7 @@ void RecvSlots::cancel(int slot) {
   // (Open MPI then prints "Read -1, expected N, errno = 3") cannot be
   // cancelled and may never complete; the run goes on without that peer.
   const auto i = static_cast<std::size_t>(slot);
+  if (m_reqs[i] != MPI_REQUEST_NULL) flight::cancelled(std::exchange(m_flight[i], flight::kNone));
   if (!cancel_bounded(m_reqs[i])) abandon(i);
   m_reqs[i] = MPI_REQUEST_NULL;
 }
@@ -281,6 +317,11 @@ std::vector<RecvSlots::Done> RecvSlots::test() {
     Done d;
     d.slot = m_indices[static_cast<std::size_t>(j)];
     SYNCOPT_CHECK_MPI(MPI_Get_count(&m_statuses[static_cast<std::size_t>(j)], MPI_BYTE, &d.bytes));
+    if (const auto si = static_cast<std::size_t>(d.slot); m_flight[si] != flight::kNone) {
+      const Slot& s = m_slots[si];
+      flight::done(std::exchange(m_flight[si], flight::kNone), s.raw ? nullptr : &s.msg.header(),
+                   static_cast<std::uint64_t>(d.bytes));
+    }
     out.push_back(d);
   }
   return out;

@@ -20,6 +20,9 @@
 // the process ends without it. Every MPI return code is checked: errors
 // throw InternalError naming the call, except in destructors, which log
 // them.
+//
+// Both record what they post and what completes in the flight recorder
+// (comm/flight.hpp) unless made with `record` false (the heartbeats).
 #pragma once
 
 #include <mpi.h>
@@ -31,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/flight.hpp"
 #include "comm/poll.hpp"
 #include "comm/protocol.hpp"
 
@@ -53,7 +57,7 @@ void release_kept_buffers();
 
 class SendQueue {
  public:
-  explicit SendQueue(MPI_Comm comm) : m_comm(comm) {}
+  explicit SendQueue(MPI_Comm comm, bool record = true) : m_comm(comm), m_record(record) {}
   ~SendQueue();
   SendQueue(const SendQueue&) = delete;
   SendQueue& operator=(const SendQueue&) = delete;
@@ -86,14 +90,17 @@ class SendQueue {
     SharedMessage msg;
     std::shared_ptr<const void> payload_owner;  // send_split, send_text: where the payload lives
     int dest = -1;
+    flight::Ticket flight = flight::kNone;  // a split send's is its payload's
   };
+  flight::Ticket record(const MsgHeader& h, int dest, int tag, std::uint64_t bytes) const;
   MPI_Comm m_comm;
+  bool m_record = true;
   std::vector<Entry> m_entries;
 };
 
 class RecvSlots {
  public:
-  RecvSlots() = default;
+  explicit RecvSlots(bool record = true) : m_record(record) {}
   ~RecvSlots();
   RecvSlots(const RecvSlots&) = delete;
   RecvSlots& operator=(const RecvSlots&) = delete;
@@ -158,9 +165,13 @@ class RecvSlots {
   // freed (MPI releases it whenever it ends) and the buffer MPI may still
   // write into is kept for the rest of the process; the slot gets a new one.
   void abandon(std::size_t i);
+  // The flight recorder's view of slot i's receive just posted.
+  void record_post(std::size_t i, const flight::About& a);
 
+  bool m_record = true;
   std::vector<Slot> m_slots;
-  std::vector<MPI_Request> m_reqs;  // parallel to m_slots, for MPI_Testsome
+  std::vector<flight::Ticket> m_flight;  // parallel to m_slots
+  std::vector<MPI_Request> m_reqs;       // parallel to m_slots, for MPI_Testsome
   std::vector<int> m_indices;
   std::vector<MPI_Status> m_statuses;
 };

@@ -25,6 +25,7 @@ namespace {
 
 std::atomic<int> g_signal{0};
 std::atomic<bool> g_at_boundaries{false};
+std::atomic<int> g_dumps{0};
 
 sigset_t stop_set() {
   sigset_t set;
@@ -33,6 +34,7 @@ sigset_t stop_set() {
   sigaddset(&set, SIGUSR1);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGUSR2);
   return set;
 }
 
@@ -41,6 +43,11 @@ void wait_for_signals() {
   for (;;) {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) continue;
+    if (sig == SIGUSR2) {
+      // A request to dump the flight recorder, whenever the role loop looks.
+      g_dumps.fetch_add(1);
+      continue;
+    }
     if (!g_at_boundaries.load()) {
       // Still loading: no step to stop at, nothing written to keep.
       std::fprintf(stderr,
@@ -78,6 +85,8 @@ void stops_at_step_boundaries() { g_at_boundaries.store(true); }
 
 int stop_signal() { return g_signal.load(std::memory_order_relaxed); }
 
+int dump_requests() { return g_dumps.load(std::memory_order_relaxed); }
+
 std::string signal_name(int sig) {
   switch (sig) {
     case SIGTERM:
@@ -88,6 +97,8 @@ std::string signal_name(int sig) {
       return "SIGINT";
     case SIGHUP:
       return "SIGHUP";
+    case SIGUSR2:
+      return "SIGUSR2";
     default:
       return "signal " + std::to_string(sig);
   }

@@ -8,6 +8,8 @@
 // 128 + its number, nothing having been written (a config on a FIFO or a
 // hung NFS mount would otherwise swallow it). SIGPIPE is ignored: a closed
 // pipe (syncopt train ... 2>&1 | head -1) costs the output, not the run.
+// SIGUSR2 stops nothing: it is counted, and the ranks dump their flight
+// recorder when they next look (comm/flight.hpp).
 #pragma once
 
 #include <string>
@@ -23,6 +25,8 @@ void install_stop_handlers();
 void stops_at_step_boundaries();
 // The stop signal received so far (the first one), or 0.
 int stop_signal();
+// SIGUSR2s received so far (each asks for a flight-recorder dump).
+int dump_requests();
 // "SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP", or "signal N".
 std::string signal_name(int sig);
 // For tests: behave as if `sig` had arrived.

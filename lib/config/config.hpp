@@ -29,6 +29,7 @@ struct RunConfig {
   ProgressOutput progress = ProgressOutput::kAuto;  // metrics::Progress
   std::int64_t progress_every_steps = 50;  // progress line period when the line is not live
   bool tensorboard = true;                 // TensorBoard event files under <run>/tb/
+  std::int64_t flight_events = 512;        // the flight recorder's ring per rank; 0 = off
 
   bool operator==(const RunConfig&) const = default;
 };

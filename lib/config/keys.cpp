@@ -60,6 +60,12 @@ std::vector<KeySpec> make_key_specs() {
                   "Write TensorBoard event files to <run.dir>/<run.name>/tb/ (loss, lr, steps/s, "
                   "drops, staleness, arrival-time histograms, test accuracy with and without "
                   "EMA), so tensorboard --logdir <run.dir> shows runs side by side."),
+      SYNCOPT_KEY(run, flight_events, within(0, false, 1048576, false), "",
+                  "The flight recorder: each rank keeps its last N message events (sends and "
+                  "receives posted, completed, cancelled; collectives) and every operation in "
+                  "flight, and writes them to <run>/flight/rank-<r>.jsonl when it finds a peer "
+                  "silent, when the run ends on an error, and on SIGUSR2 (syncopt report "
+                  "explains them); 0 = off."),
       // [data]
       SYNCOPT_KEY(
           data, name, no_range(), "",

@@ -24,9 +24,9 @@ namespace {
 const std::set<std::string> kResumeMayChange = {
     "run.resume", "run.reshape", "run.overwrite", "run.dir", "run.name", "run.checkpoint_every_s",
     "run.checkpoint_every_steps", "run.keep_checkpoints", "run.progress",
-    "run.progress_every_steps", "run.tensorboard", "train.steps", "train.epochs",
-    "optim.anneal_epochs", "cluster.dead_after_s", "eval.every_steps", "eval.every_s", "eval.batch",
-    "compute.threads", "compute.memory_limit_gb",
+    "run.progress_every_steps", "run.tensorboard", "run.flight_events", "train.steps",
+    "train.epochs", "optim.anneal_epochs", "cluster.dead_after_s", "eval.every_steps",
+    "eval.every_s", "eval.batch", "compute.threads", "compute.memory_limit_gb",
     // The shape: a checkpoint resumes on other shards and workers (docs/design.md §10).
     "cluster.ps",
     // Checkpoints are FP32 (docs/design.md §5):

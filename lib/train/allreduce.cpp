@@ -10,6 +10,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/parts.hpp"
 #include "comm/collective.hpp"
+#include "comm/flight.hpp"
 #include "comm/mpi.hpp"
 #include "comm/poll.hpp"
 #include "comm/protocol.hpp"
@@ -80,6 +81,7 @@ class AllreduceTrainer {
   double now() const;
   bool finished() const;
   void exchange();
+  comm::flight::Ticket collective(std::uint16_t what, std::uint64_t k, std::size_t bytes) const;
   void wait(MPI_Request& req);
   void check_peers();
   void record(std::uint64_t k, double t_start, float lr);
@@ -283,10 +285,12 @@ bool AllreduceTrainer::step(std::uint64_t k) {
     compute_whole(k, t_start);
   }
   const double t_reduce = m_st.clock->now();
+  const auto ticket = collective(comm::flight::kAllreduce, k, m_st.replica->count() * 4);
   const double examples = m_budget.micro()
                               ? m_st.replica->reduce_gradient_sum(*m_st.reducer, mine.examples)
                               : m_st.plan->examples_per_update;
   if (!m_budget.micro()) m_st.replica->reduce_gradient(*m_st.reducer);
+  comm::flight::done(ticket);
   mine.reduce_s = m_virtual ? 0.0 : m_st.clock->now() - t_reduce;
   const double epoch = static_cast<double>(m_examples) / m_st.plan->train_count;
   const auto lr = static_cast<float>(optim::learning_rate(m_sched, epoch) *
@@ -301,6 +305,7 @@ bool AllreduceTrainer::step(std::uint64_t k) {
     return false;
   }
   mine.stop_signal = stop_signal();
+  comm::flight::poll_signal();  // a SIGUSR2: dumped between steps (and in a collective's wait)
   mine.checkpoint_due =
       m_st.rank == 0 && m_cfg.run.checkpoint_every_s > 0.0 &&
               m_st.clock->now() - m_last_checkpoint_s >= m_cfg.run.checkpoint_every_s
@@ -331,9 +336,23 @@ void AllreduceTrainer::exchange() {
     return;
   }
   MPI_Request req = MPI_REQUEST_NULL;
+  const auto ticket =
+      collective(comm::flight::kAllgather, m_step + 1, kReportDoubles * sizeof(double));
   SYNCOPT_CHECK_MPI(MPI_Iallgather(&m_x->mine, kReportDoubles, MPI_DOUBLE, m_x->all.data(),
                                    kReportDoubles, MPI_DOUBLE, m_st.comm, &req));
   wait(req);
+  comm::flight::done(ticket);
+}
+
+// A collective of step k in the flight recorder (every rank its peer).
+comm::flight::Ticket AllreduceTrainer::collective(std::uint16_t what, std::uint64_t k,
+                                                  std::size_t bytes) const {
+  if (!comm::flight::on()) return comm::flight::kNone;
+  comm::flight::About a;
+  a.kind = what;
+  a.version = k;
+  a.bytes = bytes;
+  return comm::flight::posted(comm::flight::Op::kCollective, a);
 }
 
 void AllreduceTrainer::wait(MPI_Request& req) {
@@ -512,8 +531,10 @@ void AllreduceTrainer::save_checkpoint(std::uint64_t k) {
     SYNCOPT_CHECK_MPI(MPI_Barrier(m_st.comm));
   } else {
     MPI_Request req = MPI_REQUEST_NULL;
+    const auto ticket = collective(comm::flight::kBarrier, k, 0);
     SYNCOPT_CHECK_MPI(MPI_Ibarrier(m_st.comm, &req));
     wait(req);
+    comm::flight::done(ticket);
   }
   if (m_st.rank == 0) {
     std::vector<std::string> parts{checkpoint::kRunPart};

@@ -24,6 +24,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/parts.hpp"
 #include "comm/agree.hpp"
+#include "comm/flight.hpp"
 #include "comm/mpi.hpp"
 #include "comm/poll.hpp"
 #include "comm/protocol.hpp"
@@ -376,6 +377,12 @@ void open_outputs(Job& job) {
   }
 }
 
+// An end-phase wait that ran out: what this rank was waiting for.
+void end_deadline(const std::string& what, double limit_s) {
+  (void)comm::flight::dump("end of the run: " + what + " within " +
+                           std::to_string(static_cast<int>(limit_s)) + " s");
+}
+
 // A shard whose loop is over (every worker and the evaluator said goodbye
 // or was found dead) tells them so, and whom it found dead (STOP notice).
 void release_watchers(Job& job, const ps::ShardResult& r) {
@@ -409,7 +416,10 @@ bool wait_for_release(Job& job) {
       lost = lost || n.kind == Kind::kEnding || !n.ranks.empty();
       done(n.from);
     }
-    if (waited.now() > job.cfg.cluster.dead_after_s + 5.0) return true;
+    if (waited.now() > job.cfg.cluster.dead_after_s + 5.0) {
+      end_deadline("no shard said its part was over", job.cfg.cluster.dead_after_s + 5.0);
+      return true;
+    }
     backoff.idle(0.01);
   }
   return lost;
@@ -593,6 +603,35 @@ std::unique_ptr<comm::Watch> make_watch(const Job& job) {
                                        job.cfg.cluster.dead_after_s, job.clock.now());
 }
 
+// "worker 2 (rank 3)", "shard 0 (rank 0)", "evaluator (rank 1)".
+std::string rank_role(const layout::Roles& roles, int rank) {
+  const std::string r = " (rank " + std::to_string(rank) + ")";
+  switch (roles.role_of(rank)) {
+    case Role::kShard:
+      return "shard " + std::to_string(rank) + r;
+    case Role::kEvaluator:
+      return "evaluator" + r;
+    case Role::kWorker:
+      return "worker " + std::to_string(roles.worker_of(rank)) + r;
+  }
+  return "rank " + std::to_string(rank);
+}
+
+// The flight recorder of this rank, from the roles' start (comm/flight.hpp).
+void start_flight(Job& job) {
+  comm::flight::Setup fs;
+  fs.run_dir = job.run_dir;
+  fs.launch_id = job.launch_id;
+  fs.rank = job.rank;
+  fs.role = rank_role(job.roles, job.rank);
+  fs.events = static_cast<std::size_t>(job.cfg.run.flight_events);
+  const layout::Roles* roles = &job.roles;
+  fs.name_of = [roles](int rank) { return rank_role(*roles, rank); };
+  const RunClock* clock = &job.clock;
+  fs.now = [clock] { return clock->now(); };
+  comm::flight::start(std::move(fs));
+}
+
 // 5. The role loops, from a common start (a resumed run continues its time axis).
 RoleOutcome run_role(Job& job, bool quiet) {
   SYNCOPT_CHECK_MPI(MPI_Barrier(job.ctrl()));
@@ -600,6 +639,7 @@ RoleOutcome run_role(Job& job, bool quiet) {
       job.resumed && job.resumed->has_part("shard0") ? &job.resumed->part("shard0") : nullptr;
   job.clock.restart(s0 != nullptr ? s0->get<double>("wall_s") : 0.0);
   job.watch = make_watch(job);
+  start_flight(job);
   if (job.rank == 0 && job.opened && job.world > 1)
     job.alive_mark = std::make_unique<rundir::AliveMark>(job.run_dir, job.launch_id);
   job.training = true;
@@ -753,6 +793,7 @@ void send_text(const std::string& text, int to, MPI_Comm comm, double limit_s) {
   comm::SendQueue records(comm);
   records.send_text(text, to, comm::kTagRecords);
   if (records.drain(limit_s)) return;
+  end_deadline("rank 0 did not take this shard's step records", limit_s);
   spdlog::error("the step records of this shard were not taken by rank 0 within {}s", limit_s);
 }
 
@@ -801,6 +842,7 @@ FinalEval final_evaluation(Job& job, RoleOutcome& out, const rundir::Outcome& ou
                 ema.begin() + static_cast<std::ptrdiff_t>(sl.offset));
     }
     if (!slots.wait_all(limit_s)) {
+      end_deadline("the final parameters of some shard did not arrive", limit_s);
       spdlog::error("the final parameters of some shard did not arrive: no final evaluation");
       return {};
     }
@@ -882,6 +924,7 @@ std::string write_outputs(Job& job, const RoleOutcome& out, const FinalEval& fe,
     if (const auto text = comm::receive_text(s, comm::kTagRecords, job.ctrl(), limit_s)) {
       if (!text->empty()) job.steps->append_lines(*text);
     } else {
+      end_deadline("the step records of shard " + std::to_string(s) + " did not arrive", limit_s);
       spdlog::error("the step records of shard {} did not arrive", s);
     }
   }
@@ -980,6 +1023,10 @@ void wait_for_written(Job& job) {
 //    0; the eval writer sends rank 0 the final evaluation.
 DistributedResult finish(Job& job, RoleOutcome& out) {
   const double limit_s = job.cfg.cluster.dead_after_s + 5.0;
+  // A run that failed: every live rank keeps what it last did.
+  if (out.outcome.status() == RunStatus::kFailed) {
+    (void)comm::flight::dump("the run failed: " + out.outcome.detail);
+  }
   comm::SendQueue sends(job.ctrl());
   // A dead eval writer makes no final evaluation: nobody waits for it.
   const bool writer_alive = !gone(job, out, job.eval_writer);
@@ -1029,12 +1076,16 @@ DistributedResult finish(Job& job, RoleOutcome& out) {
       const float* v = m.payload();
       fe = {m.header().flags != 0, {v[0], v[1]}, {v[2], v[3]}};
     } else {
+      end_deadline("the final evaluation did not arrive", limit_s);
       spdlog::error("the final evaluation did not arrive from the evaluator ({})",
                     comm::describe_rank(job.peers, job.eval_writer));
     }
     result.report = write_outputs(job, out, fe, limit_s);
   }
-  if (!sends.drain(limit_s)) spdlog::warn("end phase: some messages were not received");
+  if (!sends.drain(limit_s)) {
+    end_deadline("some messages of the end phase were not received", limit_s);
+    spdlog::warn("end phase: some messages were not received");
+  }
   if (job.rank == 0) {
     job.alive_mark.reset();
     tell_written(job);
@@ -1084,6 +1135,8 @@ DistributedResult run_distributed(const config::Config& cfg, const Compute& comp
   } catch (const EndedByPeerError&) {
     throw;  // the rank that ended the job records it
   } catch (const Error& e) {
+    if (job.training)
+      (void)comm::flight::dump_unless_recent(std::string("error: ") + e.what(), 2.0);
     if (job.watch && job.rank != 0 && !job.watch->alive(0)) end_without_rank0(job, e);
     announce(job, e.code());
     if (const auto* lost = dynamic_cast<const comm::ShardLostError*>(&e);

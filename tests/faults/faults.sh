@@ -106,12 +106,24 @@ sigstop_b1)
     --set train.steps=300 >"$WORK/log" 2>&1 &
   P=$!
   wait_steps "$WORK/s" 20
+  # SIGUSR2 (forwarded by mpirun): every rank dumps its flight recorder and
+  # trains on (the run completes below).
+  kill -USR2 $P
+  for _ in $(seq 100); do [ "$(ls "$WORK/s/flight" 2>/dev/null | wc -l)" = 4 ] && break; sleep 0.1; done
+  [ "$(ls "$WORK/s/flight" 2>/dev/null | wc -l)" = 4 ] || fail "SIGUSR2: flight dumps $(ls "$WORK/s/flight" 2>/dev/null), expected rank-0..3.jsonl"
+  grep -q '"reason":"SIGUSR2"' "$WORK/s/flight/rank-3.jsonl" || fail "rank 3's dump does not say SIGUSR2"
   W=$(rank_pid s 3) || fail "no rank 3"
   kill -STOP "$W"
   T0=$(now)
   wait $P
   RC=$?
   note "mpirun exit $RC, $(secs "$T0")s after SIGSTOP of rank 3 (pid $W)"
+  # The shard found rank 3 silent and dumped what it waited for: rank 3.
+  "$BIN" report "$WORK/s" >"$WORK/report.log" 2>&1 || fail "syncopt report failed"
+  grep -A3 '^  shard 0 (rank 0): .*rank 3 silent' "$WORK/report.log" | grep -q 'waited for .* from worker 2 (rank 3), posted' ||
+    fail "the flight recorder does not say that shard 0 waited for rank 3: $(sed -n '/^flight recorder/,$p' "$WORK/report.log")"
+  grep -q 'flight recorder: .*flight/rank-\*.jsonl' "$WORK/log" || fail "the ending message does not name the flight dumps"
+  note "$(grep -A2 '^  shard 0 (rank 0): .*rank 3 silent' "$WORK/report.log" | tail -1)"
   [ "$(field "$WORK/s" "d['status'], d['exit_code']")" = "completed 0" ] || fail "summary: $(field "$WORK/s" "d.get('status'), d.get('exit_code'), d.get('error')")"
   [ "$(field "$WORK/s" "d['lost_workers'][0]['rank']")" = 3 ] || fail "lost_workers does not name rank 3"
   [ "$(field "$WORK/s" "d['steps']")" = 300 ] || fail "not every update was applied"
@@ -418,6 +430,16 @@ sigstop_rank0 | sigstop_rank0_eval)
   field "$WORK/s" "d['reason']" | grep -q "rank 0 on" || fail "the reason does not name rank 0"
   [ "$(launch "$WORK/s" "l['status'], l['exit_code']")" = "failed 69" ] || fail "run.json's launch: $(launch "$WORK/s" "l.get('status'), l.get('exit_code')")"
   note "summary.json: failed 69, reported by $(field "$WORK/s" "d['reported_by']"): $(field "$WORK/s" "d['reason']")"
+  # Every worker found rank 0 silent and dumped what it waited for: shard 0,
+  # which left no dump of its own.
+  "$BIN" report "$WORK/s" >"$WORK/report.log" 2>&1 || fail "syncopt report failed"
+  [ "$SCENARIO" = sigstop_rank0 ] && for r in 1 2 3; do
+    [ -f "$WORK/s/flight/rank-$r.jsonl" ] || fail "rank $r wrote no flight dump"
+    grep -A3 "^  worker $((r - 1)) (rank $r): .*rank 0 silent" "$WORK/report.log" | grep -q 'from shard 0 (rank 0), posted' ||
+      fail "rank $r's flight dump does not say it waited for shard 0: $(sed -n '/^flight recorder/,$p' "$WORK/report.log")"
+  done
+  grep -q 'left no dump.*: shard 0 (rank 0)' "$WORK/report.log" || fail "the report does not name shard 0 as left without a dump"
+  note "$(grep -A2 '^  worker 0 (rank 1): ' "$WORK/report.log" | tail -1)"
   [ "$(grep -c 'syncopt: error' "$WORK/log")" = 1 ] || fail "not one error message: $(grep 'syncopt: error' "$WORK/log")"
   check_no_orphans
   ;;
