@@ -356,15 +356,16 @@ def check_description(f, mux, run, run_dir):
         f.check(ok, f"{name}: hparam {key} = {g} in TensorBoard, {value!r} in config.toml")
 
 
-def dashboard(f, runs_dir, names):
-    """What `tensorboard --logdir runs_dir` serves: the plugin multiplexer."""
+def dashboard(f, runs_dir, records_of):
+    """What `tensorboard --logdir runs_dir` serves: the plugin multiplexer.
+    records_of: each run's shard-0 records, as check_run read them."""
     mux = plugin_event_multiplexer.EventMultiplexer(
         tensor_size_guidance={"scalars": 0, "histograms": 0}
     )
     mux.AddRunsFromDirectory(runs_dir)
     mux.Reload()
     runs = sorted(mux.Runs())
-    want = sorted(n + "/tb" for n in names)
+    want = sorted(n + "/tb" for n in records_of)
     f.check(runs == want, f"dashboard runs {runs}, want {want}")
     scalars = mux.PluginRunToTagToContent("scalars")
     histos = mux.PluginRunToTagToContent("histograms")
@@ -372,9 +373,7 @@ def dashboard(f, runs_dir, names):
     for run in runs:
         st, ht = sorted(scalars.get(run, {})), sorted(histos.get(run, {}))
         name = run.split("/")[0]
-        records = [r for r in jsonl(os.path.join(runs_dir, name, "steps.jsonl"))
-                   if r.get("shard", 0) == 0]
-        want_tags = sorted(scalar_tags(name, scored_workers(name, records)))
+        want_tags = sorted(scalar_tags(name, scored_workers(name, records_of.get(name, []))))
         f.check(st == want_tags, f"dashboard {run}: scalars {st}, want {want_tags}")
         f.check(ht == HISTOGRAMS, f"dashboard {run}: histograms {ht}")
         if run.split("/")[0] != "sim":
@@ -409,14 +408,15 @@ def main():
     on = [n for n in RUNS if n != "off"]
     f.check(not os.path.exists(os.path.join(runs_dir, "off", "tb")),
             "run.tensorboard = false still wrote tb/")
+    records_of = {}
     for name in on:
-        records = check_run(f, os.path.join(runs_dir, name), name)
+        records = records_of[name] = check_run(f, os.path.join(runs_dir, name), name)
         if name in ("sync", "sim"):
             # Backups drop gradients nearly every step: none means the drops
             # check compared nothing but zeros.
             drops = sum(1 for r in records for g in r["grads"] if not g["accepted"])
             f.check(drops > 0, f"the {name} run with backups recorded no drops")
-    dashboard(f, runs_dir, on)
+    dashboard(f, runs_dir, records_of)
     for line in f.lines[:40]:
         print("MISMATCH:", line)
     if f.lines:
